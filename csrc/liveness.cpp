@@ -1,0 +1,69 @@
+#include "liveness.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <string>
+#include <system_error>
+#include <poll.h>
+#include <unistd.h>
+
+#include "spin.hpp"
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#elif defined(__APPLE__)
+#include <sys/event.h>
+#endif
+
+namespace mizu {
+
+PeerWatch::PeerWatch(pid_t pid) : pid_(pid), fd_(-1) {
+    if (pid <= 0) throw std::system_error(ESRCH, std::generic_category(), "no process with pid " + std::to_string(pid));
+#if defined(__linux__)
+    fd_ = int(syscall(SYS_pidfd_open, pid, 0));
+    if (fd_ >= 0) return;
+    if (errno != ENOSYS) throw std::system_error(errno, std::generic_category(), "pidfd_open(" + std::to_string(pid) + ")");
+#elif defined(__APPLE__)
+    fd_ = kqueue();
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "kqueue");
+    struct kevent change;
+    EV_SET(&change, pid, EVFILT_PROC, EV_ADD | EV_ONESHOT, NOTE_EXIT, 0, nullptr);
+    if (kevent(fd_, &change, 1, nullptr, 0, nullptr) == 0) return;
+    int err = errno;
+    close(fd_);
+    fd_ = -1;
+    throw std::system_error(err, std::generic_category(), "watching pid " + std::to_string(pid));
+#endif
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        throw std::system_error(ESRCH, std::generic_category(), "no process with pid " + std::to_string(pid));
+}
+
+PeerWatch::~PeerWatch() {
+    if (fd_ >= 0) close(fd_);
+}
+
+bool PeerWatch::alive() const noexcept { return !wait_exit(0); }
+
+bool PeerWatch::wait_exit(long long timeout_ns) const noexcept {
+    if (fd_ < 0) {
+        int64_t deadline = now_ns() + timeout_ns;
+        for (;;) {
+            if (kill(pid_, 0) != 0 && errno == ESRCH) return true;
+            if (now_ns() >= deadline) return false;
+            usleep(1000);
+        }
+    }
+    // Both a pidfd and a kqueue with a NOTE_EXIT filter become readable when
+    // the process exits, so poll serves both.
+    pollfd p{fd_, POLLIN, 0};
+    int ms = timeout_ns <= 0 ? 0 : int((timeout_ns + 999999) / 1000000);
+    int r;
+    do r = poll(&p, 1, ms);
+    while (r < 0 && errno == EINTR);
+    return r > 0;
+}
+
+}  // namespace mizu

@@ -1,0 +1,32 @@
+// Learning that a peer process has died, without a race against pid reuse:
+// a pidfd on Linux 5.3+, a kqueue EVFILT_PROC watch on macOS, and kill(pid, 0)
+// where neither exists.
+#pragma once
+
+#include <sys/types.h>
+
+namespace mizu {
+
+class PeerWatch {
+public:
+    // Throws std::system_error when pid names no process.
+    explicit PeerWatch(pid_t pid);
+    ~PeerWatch();
+    PeerWatch(const PeerWatch&) = delete;
+    PeerWatch& operator=(const PeerWatch&) = delete;
+
+    // True until the process has exited (a zombie counts as exited where a
+    // pidfd or kqueue is available). One syscall, no blocking.
+    bool alive() const noexcept;
+
+    // Blocks at most timeout_ns for the process to exit; true once it has.
+    bool wait_exit(long long timeout_ns) const noexcept;
+
+    pid_t pid() const noexcept { return pid_; }
+
+private:
+    pid_t pid_;
+    int fd_;  // pidfd or kqueue, -1 for the kill(pid, 0) fallback
+};
+
+}  // namespace mizu

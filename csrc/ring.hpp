@@ -1,0 +1,294 @@
+// Bounded lock-free rings in shared memory, carrying messages of up to
+// max_message bytes in fixed-size slots.
+//
+// Every slot carries a sequence number that says whose turn it is, written
+// with a release store after the payload, so a slot still being written (or
+// abandoned by a producer that died half-way) is never seen as complete, and
+// a consumer polls the slot itself rather than a shared index: in the common
+// case one cache line crosses between cores per message.
+//
+// SpscRing: one producer, one consumer (after rigtorp/SPSCQueue): head and
+// tail on their own lines, and the producer keeps a private copy of head,
+// refreshed only when the ring looks full.
+//
+// MpmcRing: any number of producers and consumers (Vyukov's bounded MPMC
+// queue): a producer or consumer claims a position with one CAS on tail or
+// head and then waits only on its own slot's turn.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "layout.hpp"
+#include "waiter.hpp"
+
+namespace mizu {
+
+enum class RingKind : uint32_t { spsc = 1, mpmc = 2 };
+
+constexpr uint64_t kRingMagic = 0x474e49525a55494dULL;  // "MIUZRING"
+constexpr uint64_t kMaxRingCapacity = uint64_t(1) << 24;
+constexpr uint32_t kMaxSlotBytes = uint32_t(1) << 24;
+
+struct Slot {
+    std::atomic<uint64_t> seq;  // turn number: pos + 1 once the message at pos is complete
+    uint32_t len;
+    uint32_t reserved;
+    char* data() noexcept { return reinterpret_cast<char*>(this + 1); }
+};
+
+struct RingLayout {
+    uint64_t magic;
+    uint32_t kind;
+    uint32_t slot_size;
+    uint64_t capacity;
+    std::atomic<uint32_t> closed;
+    alignas(kFalseSharingRange) std::atomic<uint64_t> tail;  // next position to write
+    alignas(kFalseSharingRange) std::atomic<uint64_t> head;  // next position to read
+    EventWord readable;  // consumers sleep here while the ring is empty
+    EventWord writable;  // producers sleep here while it is full
+    // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
+};
+
+// A slot claimed by begin_push or begin_pop, handed back to end_push/end_pop.
+struct Reservation {
+    Slot* slot = nullptr;
+    uint64_t pos = 0;
+    char* data() const noexcept { return slot->data(); }
+    uint32_t size() const noexcept { return slot->len; }
+};
+
+class RingBase {
+public:
+    // Bytes of shared memory a ring of this shape occupies. Throws
+    // std::invalid_argument for a capacity that is not a power of two in
+    // [2, 2**24] or a max_message outside [1, 2**24 - 16].
+    static std::size_t footprint(uint64_t capacity, uint32_t max_message);
+
+    uint64_t capacity() const noexcept { return r_->capacity; }
+    uint32_t max_message() const noexcept { return r_->slot_size - uint32_t(sizeof(Slot)); }
+    RingKind kind() const noexcept { return RingKind(r_->kind); }
+    RingLayout* layout() const noexcept { return r_; }
+
+    // Approximate when other processes are active.
+    uint64_t size() const noexcept {
+        // acquire: a consistent enough pair for a snapshot; head never passes tail.
+        uint64_t head = r_->head.load(std::memory_order_acquire);
+        uint64_t tail = r_->tail.load(std::memory_order_acquire);
+        return tail > head ? tail - head : 0;
+    }
+
+    // After close(), pushes fail and pops drain what is left, then report closed.
+    void close() noexcept {
+        // release: everything pushed before close() stays visible to consumers.
+        r_->closed.store(1, std::memory_order_release);
+        notify(r_->readable, true);
+        notify(r_->writable, true);
+    }
+    bool closed() const noexcept { return r_->closed.load(std::memory_order_acquire) != 0; }
+
+    void check_length(std::size_t len) const {
+        if (len > max_message())
+            throw std::length_error("message of " + std::to_string(len) + " bytes exceeds the ring's limit of " +
+                                    std::to_string(max_message()) + " bytes per message");
+    }
+
+protected:
+    static RingLayout* init(void* mem, std::size_t bytes, RingKind kind, uint64_t capacity, uint32_t max_message,
+                            WaitBackend backend);
+    static RingLayout* check(void* mem, std::size_t bytes, RingKind kind);
+    explicit RingBase(RingLayout* r) noexcept
+        : r_(r), slots_(reinterpret_cast<char*>(r) + sizeof(RingLayout)), mask_(r->capacity - 1) {}
+    Slot* slot(uint64_t pos) const noexcept { return reinterpret_cast<Slot*>(slots_ + (pos & mask_) * r_->slot_size); }
+
+    RingLayout* r_;
+    char* slots_;
+    uint64_t mask_;
+};
+
+// Copying and blocking forms shared by both rings; Ring supplies
+// begin_push/end_push/begin_pop/end_pop/readable/writable.
+template <class Ring>
+class RingOps : public RingBase {
+public:
+    bool try_push(const void* data, std::size_t len) {
+        check_length(len);
+        Reservation res;
+        if (!self().begin_push(uint32_t(len), res)) return false;
+        std::memcpy(res.data(), data, len);
+        self().end_push(res);
+        return true;
+    }
+
+    // Copies the next message into out, which holds cap >= max_message()
+    // bytes; returns its length, or -1 if the ring is empty.
+    int64_t try_pop(void* out, std::size_t cap) {
+        if (cap < max_message())
+            throw std::length_error("a buffer of " + std::to_string(cap) + " bytes cannot hold every message of a ring "
+                                    "whose limit is " + std::to_string(max_message()) + " bytes");
+        Reservation res;
+        if (!self().begin_pop(res)) return -1;
+        uint32_t len = res.size();
+        std::memcpy(out, res.data(), len);
+        self().end_pop(res);
+        return len;
+    }
+
+    // Blocks until a slot is claimed (ready), or the options end the wait.
+    WaitStatus wait_push(uint32_t len, Reservation& res, Waiter& w, const WaitOptions& opt) {
+        check_length(len);
+        for (;;) {
+            if (closed()) return WaitStatus::closed;
+            if (self().begin_push(len, res)) return WaitStatus::ready;
+            WaitStatus st = w.wait(r_->writable, [this] { return self().writable() || closed(); }, opt);
+            if (st != WaitStatus::ready) return st;
+        }
+    }
+
+    WaitStatus wait_pop(Reservation& res, Waiter& w, const WaitOptions& opt) {
+        for (;;) {
+            if (self().begin_pop(res)) return WaitStatus::ready;
+            if (closed()) return self().begin_pop(res) ? WaitStatus::ready : WaitStatus::closed;
+            WaitStatus st = w.wait(r_->readable, [this] { return self().readable() || closed(); }, opt);
+            if (st == WaitStatus::peer_died && self().begin_pop(res)) return WaitStatus::ready;
+            if (st != WaitStatus::ready) return st;
+        }
+    }
+
+protected:
+    using RingBase::RingBase;
+
+private:
+    Ring& self() noexcept { return static_cast<Ring&>(*this); }
+};
+
+class SpscRing : public RingOps<SpscRing> {
+public:
+    static SpscRing create(void* mem, std::size_t bytes, uint64_t capacity, uint32_t max_message, WaitBackend backend) {
+        return SpscRing(init(mem, bytes, RingKind::spsc, capacity, max_message, backend));
+    }
+    static SpscRing attach(void* mem, std::size_t bytes) { return SpscRing(check(mem, bytes, RingKind::spsc)); }
+
+    bool begin_push(uint32_t len, Reservation& res) noexcept {
+        // relaxed: only this producer writes tail.
+        uint64_t pos = r_->tail.load(std::memory_order_relaxed);
+        if (pos - head_cache_ >= r_->capacity) {
+            // acquire: the consumer has finished reading every slot before head.
+            head_cache_ = r_->head.load(std::memory_order_acquire);
+            if (pos - head_cache_ >= r_->capacity) return false;
+        }
+        res.slot = slot(pos);
+        res.pos = pos;
+        res.slot->len = len;
+        return true;
+    }
+    void end_push(const Reservation& res) noexcept {
+        // release: payload and length are written before the consumer sees the turn.
+        res.slot->seq.store(res.pos + 1, std::memory_order_release);
+        // relaxed: tail is this producer's own cursor; others read it only for size().
+        r_->tail.store(res.pos + 1, std::memory_order_relaxed);
+        notify(r_->readable);
+    }
+    bool begin_pop(Reservation& res) noexcept {
+        // relaxed: only this consumer writes head.
+        uint64_t pos = r_->head.load(std::memory_order_relaxed);
+        Slot* s = slot(pos);
+        // acquire: pairs with end_push's release; the slot is complete.
+        if (s->seq.load(std::memory_order_acquire) != pos + 1) return false;
+        res.slot = s;
+        res.pos = pos;
+        return true;
+    }
+    void end_pop(const Reservation& res) noexcept {
+        // release: our reads of the slot finish before the producer may reuse it.
+        r_->head.store(res.pos + 1, std::memory_order_release);
+        notify(r_->writable);
+    }
+    bool readable() const noexcept {
+        uint64_t pos = r_->head.load(std::memory_order_relaxed);
+        return slot(pos)->seq.load(std::memory_order_acquire) == pos + 1;
+    }
+    bool writable() const noexcept {
+        return r_->tail.load(std::memory_order_relaxed) - r_->head.load(std::memory_order_acquire) < r_->capacity;
+    }
+
+private:
+    explicit SpscRing(RingLayout* r) noexcept : RingOps(r), head_cache_(r->head.load(std::memory_order_acquire)) {}
+    uint64_t head_cache_;  // the producer's copy of head
+};
+
+class MpmcRing : public RingOps<MpmcRing> {
+public:
+    static MpmcRing create(void* mem, std::size_t bytes, uint64_t capacity, uint32_t max_message, WaitBackend backend) {
+        return MpmcRing(init(mem, bytes, RingKind::mpmc, capacity, max_message, backend));
+    }
+    static MpmcRing attach(void* mem, std::size_t bytes) { return MpmcRing(check(mem, bytes, RingKind::mpmc)); }
+
+    bool begin_push(uint32_t len, Reservation& res) noexcept {
+        // relaxed loads and CAS on tail: it only hands out tickets; the slot's
+        // seq carries the synchronisation.
+        uint64_t pos = r_->tail.load(std::memory_order_relaxed);
+        for (;;) {
+            Slot* s = slot(pos);
+            // acquire: the consumer that freed this slot has finished reading it.
+            int64_t dif = int64_t(s->seq.load(std::memory_order_acquire) - pos);
+            if (dif == 0) {
+                if (r_->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                    res.slot = s;
+                    res.pos = pos;
+                    s->len = len;
+                    return true;
+                }
+            } else if (dif < 0) {
+                return false;
+            } else {
+                pos = r_->tail.load(std::memory_order_relaxed);
+            }
+        }
+    }
+    void end_push(const Reservation& res) noexcept {
+        // release: payload before turn; consumers acquire the turn.
+        res.slot->seq.store(res.pos + 1, std::memory_order_release);
+        notify(r_->readable);
+    }
+    bool begin_pop(Reservation& res) noexcept {
+        uint64_t pos = r_->head.load(std::memory_order_relaxed);
+        for (;;) {
+            Slot* s = slot(pos);
+            // acquire: pairs with end_push's release, the payload is complete.
+            int64_t dif = int64_t(s->seq.load(std::memory_order_acquire) - (pos + 1));
+            if (dif == 0) {
+                if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                    res.slot = s;
+                    res.pos = pos;
+                    return true;
+                }
+            } else if (dif < 0) {
+                return false;
+            } else {
+                pos = r_->head.load(std::memory_order_relaxed);
+            }
+        }
+    }
+    void end_pop(const Reservation& res) noexcept {
+        // release: our reads finish before the producer of the next lap writes.
+        res.slot->seq.store(res.pos + r_->capacity, std::memory_order_release);
+        notify(r_->writable);
+    }
+    bool readable() const noexcept {
+        uint64_t pos = r_->head.load(std::memory_order_relaxed);
+        return slot(pos)->seq.load(std::memory_order_acquire) == pos + 1;
+    }
+    bool writable() const noexcept {
+        uint64_t pos = r_->tail.load(std::memory_order_relaxed);
+        return slot(pos)->seq.load(std::memory_order_acquire) == pos;
+    }
+
+private:
+    explicit MpmcRing(RingLayout* r) noexcept : RingOps(r) {}
+};
+
+}  // namespace mizu

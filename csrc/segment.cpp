@@ -1,0 +1,196 @@
+#include "segment.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <string>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+
+namespace mizu {
+
+namespace {
+
+std::string describe(const char* dir) { return dir ? std::string("in ") + dir : std::string("(anonymous memory)"); }
+
+[[noreturn]] void fail_errno(int err, const std::string& what) {
+    if (err == ENOSPC || err == ENOMEM || err == EFBIG || err == EDQUOT)
+        throw OutOfSharedMemory(what + ": " + std::strerror(err));
+    throw std::system_error(err, std::generic_category(), what);
+}
+
+int open_unnamed(const char* dir) {
+    int fd = -1;
+#if defined(__linux__)
+    if (!dir) {
+        fd = memfd_create("mizu", MFD_CLOEXEC);
+        if (fd < 0) fail_errno(errno, "memfd_create");
+        return fd;
+    }
+#ifdef O_TMPFILE
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) fail_errno(errno, std::string("open ") + dir);
+#endif
+#elif defined(__APPLE__)
+    if (!dir) {
+        // Names are at most 31 bytes on macOS; unlinked before anyone else
+        // could open it, so only the descriptor ever refers to it.
+        for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+            char name[32];
+            std::snprintf(name, sizeof name, "/mizu.%d.%08x", int(getpid()), unsigned(arc4random()));
+            fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+            if (fd >= 0) {
+                shm_unlink(name);
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+            } else if (errno != EEXIST) {
+                fail_errno(errno, "shm_open");
+            }
+        }
+        if (fd < 0) fail_errno(EEXIST, "shm_open");
+        return fd;
+    }
+#endif
+    std::string path = std::string(dir) + "/.mizu-XXXXXX";
+    fd = mkstemp(&path[0]);
+    if (fd < 0) fail_errno(errno, "mkstemp " + path);
+    unlink(path.c_str());
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+}
+
+// Reserves every page now, so that a full tmpfs fails here with an error
+// instead of raising SIGBUS on first touch in the middle of a task.
+void reserve(int fd, std::size_t size, const char* dir) {
+    if (ftruncate(fd, off_t(size)) != 0) fail_errno(errno, "cannot size shared memory to " + std::to_string(size) + " bytes " + describe(dir));
+#if defined(__linux__)
+    int rc = posix_fallocate(fd, 0, off_t(size));
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+        fail_errno(rc, "cannot reserve " + std::to_string(size) + " bytes of shared memory " + describe(dir) +
+                           "; free memory there, or give mizu a larger tmpfs");
+#else
+    (void)dir;
+#endif
+}
+
+char* map(int fd, std::size_t size) {
+    int flags = MAP_SHARED;
+#ifdef MAP_POPULATE
+    flags |= MAP_POPULATE;
+#endif
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, fd, 0);
+    if (p == MAP_FAILED) fail_errno(errno, "mmap of " + std::to_string(size) + " bytes");
+#ifndef MAP_POPULATE
+    long page = sysconf(_SC_PAGESIZE);
+    for (std::size_t off = 0; off < size; off += std::size_t(page))
+        static_cast<volatile char*>(p)[off] = static_cast<volatile char*>(p)[off];
+#endif
+    return static_cast<char*>(p);
+}
+
+std::size_t physical_memory() {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
+}
+
+}  // namespace
+
+std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, WaitBackend backend) {
+    constexpr std::size_t min_size = round_up(sizeof(SegmentHeader), kFalseSharingRange);
+    if (size < min_size)
+        throw std::invalid_argument("segment size must be at least " + std::to_string(min_size) + " bytes, got " +
+                                    std::to_string(size));
+    if (size > physical_memory())
+        throw OutOfSharedMemory("segment size of " + std::to_string(size) + " bytes exceeds this machine's memory of " +
+                                std::to_string(physical_memory()) + " bytes");
+    if (backend != WaitBackend::native && backend != WaitBackend::portable)
+        throw std::invalid_argument("unknown waiter backend");
+    int fd = open_unnamed(dir);
+    char* base;
+    try {
+        reserve(fd, size, dir);
+        base = map(fd, size);
+    } catch (...) {
+        close(fd);
+        throw;
+    }
+    auto* h = new (base) SegmentHeader;
+    h->magic = kSegmentMagic;
+    h->version = kSegmentVersion;
+    h->waiter_backend = uint32_t(backend);
+    h->size = size;
+    h->used.store(min_size, std::memory_order_relaxed);
+    h->spin_gate.spinning.store(0, std::memory_order_relaxed);
+    unsigned cores = std::thread::hardware_concurrency();
+    h->spin_gate.limit = cores ? cores : 1;
+    return std::unique_ptr<Segment>(new Segment(fd, base, size));
+}
+
+std::unique_ptr<Segment> Segment::attach(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) throw std::system_error(errno, std::generic_category(), "fstat of fd " + std::to_string(fd));
+    std::string not_ours = "fd " + std::to_string(fd) + " is not a mizu shared segment";
+    if (!S_ISREG(st.st_mode) || std::size_t(st.st_size) < sizeof(SegmentHeader)) throw std::invalid_argument(not_ours);
+    std::size_t size = std::size_t(st.st_size);
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of fd " + std::to_string(fd));
+    char* base;
+    try {
+        base = map(own, size);
+    } catch (...) {
+        close(own);
+        throw;
+    }
+    auto* h = reinterpret_cast<SegmentHeader*>(base);
+    if (h->magic != kSegmentMagic || h->size != size) {
+        munmap(base, size);
+        close(own);
+        throw std::invalid_argument(not_ours);
+    }
+    if (h->version != kSegmentVersion) {
+        munmap(base, size);
+        close(own);
+        throw std::invalid_argument("fd " + std::to_string(fd) + " holds a mizu segment of layout version " +
+                                    std::to_string(h->version) + ", this build reads version " +
+                                    std::to_string(kSegmentVersion) + "; use one mizu build for the whole pool");
+    }
+    return std::unique_ptr<Segment>(new Segment(own, base, size));
+}
+
+Segment::~Segment() {
+    munmap(base_, size_);
+    close(fd_);
+}
+
+std::size_t Segment::free_bytes() const noexcept {
+    std::size_t used = header().used.load(std::memory_order_relaxed);
+    return used < size_ ? size_ - used : 0;
+}
+
+std::size_t Segment::alloc(std::size_t bytes) {
+    std::size_t need = round_up(bytes ? bytes : 1, kFalseSharingRange);
+    // relaxed: allocation hands out disjoint ranges; what is placed in them is
+    // published to peers by other means (offsets sent through a ring or at
+    // start-up).
+    uint64_t used = header().used.load(std::memory_order_relaxed);
+    do {
+        if (need > size_ || used > size_ - need)
+            throw OutOfSharedMemory("shared segment has " + std::to_string(size_ - used) + " bytes free, " +
+                                    std::to_string(bytes) + " were asked for; create the segment larger");
+    } while (!header().used.compare_exchange_weak(used, used + need, std::memory_order_relaxed));
+    return std::size_t(used);
+}
+
+char* Segment::at(std::size_t offset, std::size_t bytes) const {
+    std::size_t used = header().used.load(std::memory_order_relaxed);
+    if (offset < sizeof(SegmentHeader) || offset > used || bytes > used - offset)
+        throw std::invalid_argument("offset " + std::to_string(offset) + " with " + std::to_string(bytes) +
+                                    " bytes lies outside the segment's allocated range");
+    return base_ + offset;
+}
+
+}  // namespace mizu

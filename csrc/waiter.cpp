@@ -1,0 +1,106 @@
+#include "waiter.hpp"
+
+#include <cerrno>
+#include <ctime>
+#include <stdexcept>
+
+namespace mizu {
+
+namespace {
+
+// A process that died holding the mutex leaves it EOWNERDEAD; the state it
+// guards is only the epoch, which is always consistent, so take it over.
+void lock_recovering(pthread_mutex_t* m) noexcept {
+#if defined(PTHREAD_MUTEX_ROBUST)
+    if (pthread_mutex_lock(m) == EOWNERDEAD) pthread_mutex_consistent(m);
+#else
+    pthread_mutex_lock(m);
+#endif
+}
+
+AddressWait portable_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noexcept {
+    int rc = 0;
+    lock_recovering(&ev.mutex);
+    // Checked under the mutex that notify's wake takes, so a bump between this
+    // check and the wait cannot be missed.
+    if (ev.epoch.load(std::memory_order_acquire) == key) {
+#if defined(__APPLE__)
+        timespec rel{time_t(timeout_ns / 1000000000), long(timeout_ns % 1000000000)};
+        rc = pthread_cond_timedwait_relative_np(&ev.cond, &ev.mutex, &rel);
+#else
+        timespec abs;
+        clock_gettime(CLOCK_MONOTONIC, &abs);
+        int64_t ns = abs.tv_nsec + timeout_ns % 1000000000;
+        abs.tv_sec += time_t(timeout_ns / 1000000000 + ns / 1000000000);
+        abs.tv_nsec = long(ns % 1000000000);
+        rc = pthread_cond_timedwait(&ev.cond, &ev.mutex, &abs);
+        if (rc == EOWNERDEAD) {
+            pthread_mutex_consistent(&ev.mutex);
+            rc = 0;
+        }
+#endif
+    }
+    pthread_mutex_unlock(&ev.mutex);
+    return rc == ETIMEDOUT ? AddressWait::timed_out : AddressWait::woken;
+}
+
+}  // namespace
+
+void event_init(EventWord& ev, WaitBackend backend) {
+    ev.epoch.store(0, std::memory_order_relaxed);
+    ev.sleepers.store(0, std::memory_order_relaxed);
+    ev.backend = uint32_t(backend);
+    if (backend == WaitBackend::native) return;
+    if (backend != WaitBackend::portable) throw std::invalid_argument("unknown waiter backend");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+#if defined(PTHREAD_MUTEX_ROBUST)
+    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+#endif
+    int rc = pthread_mutex_init(&ev.mutex, &ma);
+    pthread_mutexattr_destroy(&ma);
+    if (rc != 0) throw std::runtime_error("cannot create a process-shared mutex");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+#if !defined(__APPLE__)
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+#endif
+    rc = pthread_cond_init(&ev.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) throw std::runtime_error("cannot create a process-shared condition variable");
+}
+
+AddressWait event_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noexcept {
+    if (ev.backend == uint32_t(WaitBackend::portable)) return portable_sleep(ev, key, timeout_ns);
+    return address_wait(&ev.epoch, key, timeout_ns);
+}
+
+void event_wake(EventWord& ev, bool all) noexcept {
+    if (ev.backend == uint32_t(WaitBackend::portable)) {
+        lock_recovering(&ev.mutex);
+        if (all)
+            pthread_cond_broadcast(&ev.cond);
+        else
+            pthread_cond_signal(&ev.cond);
+        pthread_mutex_unlock(&ev.mutex);
+        return;
+    }
+    address_wake(&ev.epoch, all);
+}
+
+void Waiter::adapt(int64_t waited_ns, bool spun_out) noexcept {
+    // Spin the whole limit while the peer answers within it: one sleep and
+    // wake-up costs more than the longest spin. After a wait longer than the
+    // limit (the peer went idle), halve the budget, so that a process with
+    // nothing to do goes to sleep almost at once.
+    if (!spun_out || waited_ns < spin_limit_ns_) {
+        budget_ns_ = spin_limit_ns_;
+        return;
+    }
+    int64_t half = budget_ns_ / 2;
+    budget_ns_ = half < kMinSpinNs ? (kMinSpinNs < spin_limit_ns_ ? kMinSpinNs : spin_limit_ns_) : half;
+}
+
+}  // namespace mizu

@@ -1,0 +1,206 @@
+// The waiter: how a process with nothing to do waits for another process.
+//
+// An eventcount (Vyukov's, as in folly::EventCount) on a 32-bit epoch word in
+// shared memory. A consumer spins for an adaptive, time-bounded budget, then
+// announces itself in `sleepers`, re-checks its condition and sleeps on the
+// epoch. A producer publishes and makes a syscall only when `sleepers` is
+// non-zero, so no syscall is paid while the peer is awake.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <pthread.h>
+
+#include "futex.hpp"
+#include "layout.hpp"
+#include "liveness.hpp"
+#include "spin.hpp"
+
+namespace mizu {
+
+enum class WaitBackend : uint32_t {
+    native = 1,    // futex / os_sync / ulock
+    portable = 2,  // process-shared pthread mutex and condition variable
+};
+
+// One per condition, in shared memory; initialised once by its creator.
+struct alignas(kFalseSharingRange) EventWord {
+    std::atomic<uint32_t> epoch;
+    std::atomic<uint32_t> sleepers;
+    uint32_t backend;
+    pthread_mutex_t mutex;  // portable backend only
+    pthread_cond_t cond;    // portable backend only
+};
+
+void event_init(EventWord& ev, WaitBackend backend);
+
+// Producer side: call after publishing. Wakes one sleeper, or all of them.
+inline void notify(EventWord& ev, bool all = false);
+
+// Caps how many processes of a pool spin at once, so that spinners never
+// take the cores of the processes doing the work. Lives in shared memory.
+struct alignas(kFalseSharingRange) SpinGate {
+    std::atomic<uint32_t> spinning;
+    uint32_t limit;
+
+    bool try_enter() noexcept {
+        // relaxed: the gate only bounds CPU use; it orders no data.
+        if (spinning.fetch_add(1, std::memory_order_relaxed) < limit) return true;
+        spinning.fetch_sub(1, std::memory_order_relaxed);
+        return false;
+    }
+    void leave() noexcept { spinning.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+enum class WaitStatus : int { ready = 0, timed_out = 1, peer_died = 2, stopped = 3, closed = 4 };
+
+// Called with ctx each time a sleep slice expires without the condition
+// becoming true; returning false ends the wait with WaitStatus::stopped.
+// Python uses it to run signal handlers.
+struct SliceHook {
+    bool (*fn)(void* ctx) = nullptr;
+    void* ctx = nullptr;
+};
+
+struct WaitOptions {
+    int64_t deadline_ns = kForever;     // absolute, on the now_ns() clock
+    const PeerWatch* peer = nullptr;    // end the wait if this process dies
+    SliceHook hook;
+};
+
+struct WaitStats {
+    uint64_t spin_wins = 0;      // waits that ended while spinning
+    uint64_t sleeps = 0;         // blocking calls made
+    uint64_t late_wakeups = 0;   // slices that expired with the condition already true
+};
+
+// The process-local half of a waiting side: the adaptive spin budget and
+// counters. Not shared between threads.
+class Waiter {
+public:
+    static constexpr int64_t kDefaultSpinLimitNs = 50000;
+    static constexpr int64_t kMinSpinNs = 1000;
+    static constexpr int64_t kDefaultSliceNs = 20000000;
+    static constexpr int kPreludePolls = 16;
+
+    explicit Waiter(SpinGate* gate = nullptr) noexcept : gate_(gate) {}
+
+    // Upper bound of the adaptive spin, 0 to always sleep at once.
+    void set_spin_limit_ns(int64_t ns) noexcept {
+        spin_limit_ns_ = ns < 0 ? 0 : ns;
+        budget_ns_ = spin_limit_ns_;
+    }
+    int64_t spin_limit_ns() const noexcept { return spin_limit_ns_; }
+    // Longest single sleep: the period of liveness checks and hooks.
+    void set_slice_ns(int64_t ns) noexcept { slice_ns_ = ns < 1000000 ? 1000000 : ns; }
+    int64_t slice_ns() const noexcept { return slice_ns_; }
+
+    const WaitStats& stats() const noexcept { return stats_; }
+
+    // Waits until ready() is true. ready must be cheap and free of side effects.
+    template <class Ready>
+    WaitStatus wait(EventWord& ev, Ready&& ready, const WaitOptions& opt);
+
+private:
+    template <class Ready>
+    bool spin(Ready& ready, int64_t start);
+    void adapt(int64_t waited_ns, bool spun_out) noexcept;
+
+    SpinGate* gate_;
+    int64_t spin_limit_ns_ = kDefaultSpinLimitNs;
+    int64_t budget_ns_ = kDefaultSpinLimitNs;
+    int64_t slice_ns_ = kDefaultSliceNs;
+    WaitStats stats_;
+};
+
+// The blocking half of the protocol, one backend call.
+AddressWait event_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noexcept;
+void event_wake(EventWord& ev, bool all) noexcept;
+
+// The announce-then-re-check handshake is a Dekker pair carried by read-
+// modify-writes on `sleepers` rather than by fences: the producer's RMW in
+// notify() and the waiter's here are ordered in the word's modification
+// order. If the producer's comes first, the waiter's acquire reads from its
+// release and so sees the data published before it; if the waiter's comes
+// first, the producer sees a sleeper and wakes it.
+inline uint32_t prepare_wait(EventWord& ev) noexcept {
+    ev.sleepers.fetch_add(1, std::memory_order_acq_rel);
+    // acquire pairs with the release bump in notify(): a waiter that reads the
+    // new epoch also sees the data published before it.
+    return ev.epoch.load(std::memory_order_acquire);
+}
+
+inline void finish_wait(EventWord& ev) noexcept { ev.sleepers.fetch_sub(1, std::memory_order_relaxed); }
+
+inline void notify(EventWord& ev, bool all) {
+    // The producer's half of the handshake in prepare_wait(). While nobody
+    // sleeps this line stays in the producer's cache, so the cost is one
+    // uncontended locked instruction and no syscall.
+    if (ev.sleepers.fetch_add(0, std::memory_order_acq_rel) == 0) return;
+    ev.epoch.fetch_add(1, std::memory_order_release);
+    event_wake(ev, all);
+}
+
+template <class Ready>
+bool Waiter::spin(Ready& ready, int64_t start) {
+    if (budget_ns_ <= 0 || (gate_ && !gate_->try_enter())) return false;
+    bool won = false;
+    int64_t end = start + budget_ns_;
+    do {
+        for (int i = 0; i < 32 && !won; ++i) {
+            if (ready())
+                won = true;
+            else
+                cpu_relax();
+        }
+    } while (!won && now_ns() < end);
+    if (gate_) gate_->leave();
+    return won;
+}
+
+template <class Ready>
+WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
+    if (ready()) return WaitStatus::ready;
+    // A peer that answers within a few hundred nanoseconds is caught here,
+    // before the clock and the shared spin gate are touched.
+    for (int i = 0; budget_ns_ > 0 && i < kPreludePolls; ++i) {
+        cpu_relax();
+        if (ready()) {
+            ++stats_.spin_wins;
+            return WaitStatus::ready;
+        }
+    }
+    int64_t start = now_ns();
+    if (spin(ready, start)) {
+        ++stats_.spin_wins;
+        adapt(now_ns() - start, false);
+        return WaitStatus::ready;
+    }
+    for (;;) {
+        uint32_t key = prepare_wait(ev);
+        if (ready()) {
+            finish_wait(ev);
+            break;
+        }
+        int64_t now = now_ns();
+        if (now >= opt.deadline_ns) {
+            finish_wait(ev);
+            return WaitStatus::timed_out;
+        }
+        int64_t left = opt.deadline_ns - now;
+        AddressWait r = event_sleep(ev, key, left < slice_ns_ ? left : slice_ns_);
+        finish_wait(ev);
+        ++stats_.sleeps;
+        if (ready()) {
+            if (r == AddressWait::timed_out) ++stats_.late_wakeups;
+            break;
+        }
+        if (r == AddressWait::woken) continue;
+        if (opt.peer && !opt.peer->alive()) return ready() ? WaitStatus::ready : WaitStatus::peer_died;
+        if (opt.hook.fn && !opt.hook.fn(opt.hook.ctx)) return WaitStatus::stopped;
+    }
+    adapt(now_ns() - start, true);
+    return WaitStatus::ready;
+}
+
+}  // namespace mizu

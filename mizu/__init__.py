@@ -1,0 +1,20 @@
+"""mizu: parallelism across processes on one machine, through shared memory."""
+
+try:
+    from mizu import _core
+except ImportError as exc:  # pragma: no cover - only when run from a source tree
+    import os
+
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "_core.pyx")):
+        raise ImportError(
+            "mizu is being imported from its source folder, which holds no compiled "
+            "modules. Install it (`pip install .`) and run Python or pytest from "
+            "elsewhere, or with `python -P`."
+        ) from exc
+    raise
+
+from mizu._core import PeerDiedError
+
+__version__ = "0.1.0"
+
+__all__ = ["PeerDiedError", "__version__"]

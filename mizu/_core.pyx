@@ -1,0 +1,513 @@
+"""Bindings over the shared-memory core: segments, rings and peer watches.
+
+These are the building blocks of the Executor. A `Segment` is one anonymous
+shared mapping; rings live inside it at fixed offsets, so any process that
+holds the segment can attach to them. Segments and rings pickle by reference
+(the segment's descriptor travels through multiprocessing), so they can be
+passed to ``multiprocessing.Process`` whatever the start method.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_CheckSignals
+from cython.operator cimport dereference as deref
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from libcpp cimport bool
+from libcpp.memory cimport unique_ptr
+from libcpp.utility cimport move
+
+from mizu.includes.any_ring cimport AnyRing
+from mizu.includes.liveness cimport PeerWatch as CPeerWatch
+from mizu.includes.ring cimport Reservation, RingBase, RingKind, RingLayout
+from mizu.includes.segment cimport Segment as CSegment
+from mizu.includes.spin cimport kForever, now_ns
+from mizu.includes.waiter cimport WaitBackend, WaitOptions, WaitStats, WaitStatus, Waiter
+
+import operator
+import os
+from multiprocessing import reduction
+
+__all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
+
+_BACKENDS = {"native": <int>WaitBackend.native, "portable": <int>WaitBackend.portable}
+_BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
+
+
+class PeerDiedError(ConnectionError):
+    """The process a blocking call was watching exited before the call could finish.
+
+    Attributes
+    ----------
+    pid : int
+        The process that died.
+    """
+
+    def __init__(self, pid):
+        super().__init__(f"peer process {pid} exited while this process waited on it")
+        self.pid = pid
+
+
+def _backend(waiter):
+    name = os.environ.get("MIZU_WAITER", "native") if waiter is None else waiter
+    try:
+        return _BACKENDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"waiter must be one of {sorted(_BACKENDS)}, got {name!r}") from None
+
+
+cdef uint64_t _bounded(str what, object value, uint64_t limit) except? 0:
+    value = operator.index(value)
+    if not 0 < value <= limit:
+        raise ValueError(f"{what} must be from 1 to {limit}, got {value}")
+    return value
+
+
+cdef int64_t _deadline(object timeout) except? -1:
+    if timeout is None:
+        return kForever
+    if timeout < 0:
+        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
+    return now_ns() + <int64_t>(min(float(timeout), 1e9) * 1e9)
+
+
+cdef bool _run_signal_handlers(void* ctx) noexcept with gil:
+    return PyErr_CheckSignals() == 0
+
+
+cdef int _reraise() except -1:
+    return -1
+
+
+cdef dict _stats_dict(const WaitStats& s):
+    return {"spin_wins": s.spin_wins, "sleeps": s.sleeps, "late_wakeups": s.late_wakeups}
+
+
+cdef class Segment:
+    """Segment(size, *, dir=None, waiter=None)
+
+    A shared-memory segment for one pool, anonymous and pre-faulted.
+
+    Parameters
+    ----------
+    size : int
+        Bytes to reserve. All of it is reserved now, so a machine or tmpfs
+        without room fails here rather than with SIGBUS later.
+    dir : str or os.PathLike, optional
+        A directory (usually a tmpfs such as ``/dev/shm``) to take the memory
+        from. The file has no name there, so nothing is left behind. By
+        default the memory is anonymous (``memfd_create`` on Linux).
+    waiter : {"native", "portable"}, optional
+        How processes sleep on this segment's rings: the OS's address wait
+        (futex on Linux) or process-shared pthread condition variables. The
+        default comes from the ``MIZU_WAITER`` environment variable, else
+        ``"native"``.
+
+    Raises
+    ------
+    ValueError
+        `size` is not positive or `waiter` is unknown.
+    MemoryError
+        The memory cannot be reserved.
+    """
+
+    cdef unique_ptr[CSegment] seg
+
+    def __init__(self, size, *, dir=None, waiter=None):
+        cdef size_t nbytes = _bounded("segment size", size, 1 << 62)
+        cdef WaitBackend backend = <WaitBackend><int>_backend(waiter)
+        cdef bytes path = os.fsencode(dir) if dir is not None else None
+        cdef const char* cpath = NULL
+        if path is not None:
+            cpath = path
+        cdef unique_ptr[CSegment] created
+        with nogil:
+            created = move(CSegment.create(nbytes, cpath, backend))
+        self.seg = move(created)
+
+    @staticmethod
+    def attach(fd):
+        """attach(fd)
+
+        Map the segment behind a file descriptor.
+
+        The descriptor stays the caller's; the segment keeps its own duplicate.
+
+        Raises
+        ------
+        ValueError
+            `fd` does not hold a mizu segment.
+        OSError
+            `fd` is not an open descriptor.
+        """
+        cdef Segment self = Segment.__new__(Segment)
+        self.seg = move(CSegment.attach(fd))
+        return self
+
+    @property
+    def fd(self):
+        """The segment's file descriptor, owned by this object."""
+        return self.seg.get().fd()
+
+    @property
+    def size(self):
+        """Size in bytes."""
+        return self.seg.get().size()
+
+    @property
+    def free(self):
+        """Bytes not yet allocated to rings or blocks."""
+        return self.seg.get().free_bytes()
+
+    @property
+    def waiter(self):
+        """The wait backend of every ring in this segment."""
+        return _BACKEND_NAMES[<int>self.seg.get().waiter_backend()]
+
+    def alloc(self, nbytes):
+        """alloc(nbytes)
+
+        Reserve `nbytes` for the life of the segment; return their offset.
+
+        Raises
+        ------
+        MemoryError
+            Not enough of the segment is left.
+        """
+        return self.seg.get().alloc(_bounded("allocation size", nbytes, 1 << 62))
+
+    def __reduce__(self):
+        return _attach_segment, (reduction.DupFd(self.fd),)
+
+    def __repr__(self):
+        return f"<mizu Segment fd={self.fd} size={self.size} free={self.free} waiter={self.waiter!r}>"
+
+
+def _attach_segment(dup):
+    fd = dup.detach()
+    try:
+        return Segment.attach(fd)
+    finally:
+        os.close(fd)
+
+
+cdef class PeerWatch:
+    """PeerWatch(pid)
+
+    Learns without races against pid reuse that a process has exited.
+
+    Pass one as ``peer=`` to a ring's blocking calls so that they raise
+    `PeerDiedError` within milliseconds of the peer's death instead of
+    waiting forever.
+
+    Raises
+    ------
+    ProcessLookupError
+        No process has this pid.
+    """
+
+    cdef unique_ptr[CPeerWatch] watch
+
+    def __init__(self, pid):
+        self.watch.reset(new CPeerWatch(operator.index(pid)))
+
+    @property
+    def pid(self):
+        """The watched process."""
+        return self.watch.get().pid()
+
+    def alive(self):
+        """True until the process has exited."""
+        return self.watch.get().alive()
+
+    def wait(self, timeout=None):
+        """wait(timeout=None)
+
+        Block until the process exits or `timeout` seconds pass.
+
+        Returns
+        -------
+        bool
+            Whether the process has exited.
+        """
+        cdef int64_t deadline = _deadline(timeout)
+        cdef int64_t step
+        cdef bint dead = False
+        while True:
+            step = min(deadline - now_ns(), 20000000)
+            with nogil:
+                dead = self.watch.get().wait_exit(step if step > 0 else 0)
+            if dead or step <= 0:
+                return dead
+            PyErr_CheckSignals()
+
+
+cdef class _Ring:
+    cdef unique_ptr[AnyRing] ring
+    cdef unique_ptr[Waiter] pop_waiter
+    cdef unique_ptr[Waiter] push_waiter
+    cdef readonly Segment segment
+    cdef readonly size_t offset
+    cdef uint32_t max_msg
+
+    def __init__(self, Segment segment not None, capacity, max_message):
+        cdef uint64_t cap = _bounded("ring capacity", capacity, 1 << 62)
+        cdef uint32_t msg = _bounded("max_message", max_message, 1 << 31)
+        cdef size_t nbytes = RingBase.footprint(cap, msg)
+        cdef CSegment* seg = segment.seg.get()
+        cdef size_t offset = seg.alloc(nbytes)
+        self._bind(segment, offset, AnyRing.create(self._kind(), seg.base() + offset, nbytes, cap, msg,
+                                                    seg.waiter_backend()))
+
+    @classmethod
+    def attach(cls, Segment segment not None, offset):
+        """attach(segment, offset)
+
+        Attach to a ring of this kind that lives at `offset` in `segment`.
+
+        Raises
+        ------
+        ValueError
+            No ring of this kind is there.
+        """
+        cdef _Ring self = cls.__new__(cls)
+        cdef CSegment* seg = segment.seg.get()
+        cdef size_t off = operator.index(offset)
+        cdef char* mem = seg.at(off, sizeof(RingLayout))
+        self._bind(segment, off, AnyRing.attach(self._kind(), mem, seg.size() - off))
+        return self
+
+    cdef RingKind _kind(self) except *:
+        raise NotImplementedError
+
+    cdef _bind(self, Segment segment, size_t offset, unique_ptr[AnyRing] ring):
+        self.segment = segment
+        self.offset = offset
+        self.ring = move(ring)
+        self.max_msg = self.ring.get().base().max_message()
+        gate = &segment.seg.get().header().spin_gate
+        self.pop_waiter.reset(new Waiter(gate))
+        self.push_waiter.reset(new Waiter(gate))
+
+    def __reduce__(self):
+        return type(self).attach, (self.segment, self.offset)
+
+    @property
+    def capacity(self):
+        """Number of slots."""
+        return self.ring.get().base().capacity()
+
+    @property
+    def max_message(self):
+        """Largest message in bytes (the requested limit rounded up to fill the slot)."""
+        return self.max_msg
+
+    @property
+    def closed(self):
+        """Whether `close` was called, in any process."""
+        return self.ring.get().base().closed()
+
+    def __len__(self):
+        return self.ring.get().base().size()
+
+    def close(self):
+        """Close the ring for every process: pushes fail, pops drain what is left and then raise EOFError."""
+        self.ring.get().base().close()
+
+    @property
+    def spin_ns(self):
+        """Longest time a blocking call spins before it sleeps; 0 sleeps at once."""
+        return self.pop_waiter.get().spin_limit_ns()
+
+    @spin_ns.setter
+    def spin_ns(self, value):
+        self.pop_waiter.get().set_spin_limit_ns(value)
+        self.push_waiter.get().set_spin_limit_ns(value)
+
+    @property
+    def slice_ns(self):
+        """Longest single sleep: how often a blocked call checks its peer and signals."""
+        return self.pop_waiter.get().slice_ns()
+
+    @slice_ns.setter
+    def slice_ns(self, value):
+        self.pop_waiter.get().set_slice_ns(value)
+        self.push_waiter.get().set_slice_ns(value)
+
+    def wait_stats(self):
+        """Counters of this handle's waits: ``{"pop": {...}, "push": {...}}``.
+
+        ``late_wakeups`` counts sleeps that ran to the end of their slice
+        although the ring was ready: non-zero means a wake-up was lost.
+        """
+        return {"pop": _stats_dict(self.pop_waiter.get().stats()),
+                "push": _stats_dict(self.push_waiter.get().stats())}
+
+    cdef int _check(self, Py_ssize_t n) except -1:
+        if n > self.max_msg:
+            raise ValueError(f"message of {n} bytes exceeds the ring's limit of {self.max_msg} bytes per message")
+        if self.ring.get().base().closed():
+            raise BrokenPipeError("cannot push to a closed ring")
+        return 0
+
+    cdef int _push(self, const char* data, Py_ssize_t n, bint wait, object timeout, PeerWatch peer) except -1:
+        cdef Reservation res
+        cdef WaitOptions opt
+        cdef WaitStatus st
+        self._check(n)
+        if not self.ring.get().begin_push(<uint32_t>n, res):
+            if not wait:
+                return 0
+            opt.deadline_ns = _deadline(timeout)
+            if peer is not None:
+                opt.peer = peer.watch.get()
+            opt.hook.fn = _run_signal_handlers
+            with nogil:
+                st = self.ring.get().wait_push(<uint32_t>n, res, deref(self.push_waiter), opt)
+            if st != WaitStatus.ready:
+                self._raise_for(st, peer)
+        memcpy(res.data(), data, n)
+        self.ring.get().end_push(res)
+        return 1
+
+    cdef object _take(self, Reservation& res):
+        try:
+            return PyBytes_FromStringAndSize(res.data(), res.size())
+        finally:
+            self.ring.get().end_pop(res)
+
+    cdef int _raise_for(self, WaitStatus st, PeerWatch peer) except -1:
+        if st == WaitStatus.timed_out:
+            raise TimeoutError("timed out waiting on the ring")
+        if st == WaitStatus.peer_died:
+            raise PeerDiedError(peer.pid)
+        if st == WaitStatus.closed:
+            raise BrokenPipeError("cannot push to a closed ring")
+        return _reraise()
+
+    cdef int _with_buffer(self, object data, bint wait, object timeout, PeerWatch peer) except -1:
+        cdef Py_buffer view
+        if PyBytes_CheckExact(data):
+            return self._push(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), wait, timeout, peer)
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            return self._push(<const char*>view.buf, view.len, wait, timeout, peer)
+        finally:
+            PyBuffer_Release(&view)
+
+    def try_push(self, data):
+        """try_push(data)
+
+        Push a bytes-like message if a slot is free.
+
+        Returns
+        -------
+        bool
+            False if the ring is full.
+
+        Raises
+        ------
+        ValueError
+            The message is longer than `max_message`.
+        BrokenPipeError
+            The ring is closed.
+        """
+        return self._with_buffer(data, False, None, None) == 1
+
+    def push(self, data, timeout=None, *, PeerWatch peer=None):
+        """push(data, timeout=None, *, peer=None)
+
+        Push a bytes-like message, waiting while the ring is full.
+
+        Raises
+        ------
+        TimeoutError
+            No slot came free within `timeout` seconds.
+        PeerDiedError
+            The process `peer` watches exited.
+        BrokenPipeError
+            The ring is or became closed.
+        ValueError
+            The message is longer than `max_message`.
+        """
+        self._with_buffer(data, True, timeout, peer)
+
+    def try_pop(self):
+        """try_pop()
+
+        The next message as bytes, or None if the ring is empty.
+        """
+        cdef Reservation res
+        if self.ring.get().begin_pop(res):
+            return self._take(res)
+        return None
+
+    def pop(self, timeout=None, *, PeerWatch peer=None):
+        """pop(timeout=None, *, peer=None)
+
+        The next message as bytes, waiting while the ring is empty.
+
+        The GIL is released while waiting; signal handlers run within a slice
+        (`slice_ns`), so Ctrl-C interrupts a blocked pop.
+
+        Raises
+        ------
+        TimeoutError
+            Nothing arrived within `timeout` seconds.
+        PeerDiedError
+            The process `peer` watches exited, and the ring is empty.
+        EOFError
+            The ring is closed and empty.
+        """
+        cdef Reservation res
+        cdef WaitOptions opt
+        cdef WaitStatus st
+        if self.ring.get().begin_pop(res):
+            return self._take(res)
+        opt.deadline_ns = _deadline(timeout)
+        if peer is not None:
+            opt.peer = peer.watch.get()
+        opt.hook.fn = _run_signal_handlers
+        with nogil:
+            st = self.ring.get().wait_pop(res, deref(self.pop_waiter), opt)
+        if st == WaitStatus.ready:
+            return self._take(res)
+        if st == WaitStatus.closed:
+            raise EOFError("the ring is closed and empty")
+        self._raise_for(st, peer)
+
+
+cdef class SpscRing(_Ring):
+    """SpscRing(segment, capacity, max_message)
+
+    A ring for one producing process and one consuming process.
+
+    Parameters
+    ----------
+    segment : Segment
+        Where the ring lives; it takes ``footprint`` bytes of it.
+    capacity : int
+        Number of slots, a power of two from 2 to 2**24.
+    max_message : int
+        Largest message in bytes, up to 2**24 - 16.
+
+    Notes
+    -----
+    Each side keeps private copies of the other's index, so a handle must be
+    used by one thread at a time, and only one process may push and one pop.
+    """
+
+    cdef RingKind _kind(self) except *:
+        return RingKind.spsc
+
+
+cdef class MpmcRing(_Ring):
+    """MpmcRing(segment, capacity, max_message)
+
+    A ring any number of processes and threads push to and pop from.
+
+    Parameters are those of `SpscRing`. Each message is popped exactly once.
+    """
+
+    cdef RingKind _kind(self) except *:
+        return RingKind.mpmc

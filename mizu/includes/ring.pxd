@@ -1,0 +1,24 @@
+from mizu.includes.py_errors cimport raise_py_error
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+cdef extern from "ring.hpp" namespace "mizu" nogil:
+    cdef enum class RingKind(uint32_t):
+        spsc
+        mpmc
+
+    cdef cppclass Reservation:
+        char* data()
+        uint32_t size()
+
+    cdef cppclass RingBase:
+        @staticmethod
+        size_t footprint(uint64_t capacity, uint32_t max_message) except +raise_py_error
+        uint64_t capacity()
+        uint32_t max_message()
+        RingKind kind()
+        uint64_t size()
+        void close()
+        bint closed()
+
+    cdef cppclass RingLayout:
+        pass
