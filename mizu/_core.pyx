@@ -71,8 +71,14 @@ cdef int64_t _deadline(object timeout) except? -1:
     return now_ns() + <int64_t>(min(float(timeout), 1e9) * 1e9)
 
 
+cdef extern from "Python.h":
+    # Declared without an exception value: the hook below leaves a raised
+    # exception pending for the blocking call to re-raise after the wait.
+    int _check_signals "PyErr_CheckSignals"()
+
+
 cdef bool _run_signal_handlers(void* ctx) noexcept with gil:
-    return PyErr_CheckSignals() == 0
+    return _check_signals() == 0
 
 
 cdef int _reraise() except -1:

@@ -1,0 +1,101 @@
+"""Entry points of the child processes the tests start.
+
+They live in a module of their own, importable by name, so that children
+started with spawn or forkserver can unpickle them.
+"""
+
+import os
+import signal
+import time
+
+from mizu import _core
+
+
+def push(ring, payload):
+    ring.push(payload, timeout=60)
+
+
+def hold(seg, ready):
+    ready.set()
+    signal.pause()
+
+
+def serve(conn):
+    """Attach to rings and run push/pop commands sent over conn."""
+    ring = None
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "attach":
+            ring = arg
+            conn.send(None)
+        elif cmd == "push":
+            try:
+                conn.send(ring.try_push(arg))
+            except ValueError as exc:
+                conn.send(exc)
+        elif cmd == "pop":
+            conn.send(ring.try_pop())
+        else:
+            conn.close()
+            return
+
+
+def echo(inbox, outbox, rounds, spin_ns, slice_ns, report):
+    """Send every message back; then report this side's wait counters."""
+    for ring in (inbox, outbox):
+        ring.spin_ns = spin_ns
+        ring.slice_ns = slice_ns
+    for _ in range(rounds):
+        outbox.push(inbox.pop(timeout=120), timeout=120)
+    report.push(repr((inbox.wait_stats(), outbox.wait_stats())).encode(), timeout=120)
+
+
+def idle_pop(ring, seconds, report):
+    """Block on an empty ring for `seconds`; report the CPU seconds that cost."""
+    start = time.process_time()
+    try:
+        ring.pop(timeout=seconds)
+    except TimeoutError:
+        pass
+    report.push(repr(time.process_time() - start).encode(), timeout=60)
+
+
+def produce(ring, producer, count, max_message):
+    for seq in range(count):
+        ring.push(numbered(producer, seq, max_message), timeout=120)
+
+
+def consume(ring, report, spin_ns=None, slice_ns=None):
+    """Pop until the ring is closed; report (producer, seq) of every message, checking its bytes."""
+    if spin_ns is not None:
+        ring.spin_ns = spin_ns
+    if slice_ns is not None:
+        ring.slice_ns = slice_ns
+    seen = []
+    bad = 0
+    while True:
+        try:
+            data = ring.pop(timeout=120)
+        except EOFError:
+            break
+        producer, seq = int.from_bytes(data[:4], "little"), int.from_bytes(data[4:12], "little")
+        if data != numbered(producer, seq, len(data), exact=True):
+            bad += 1
+        seen.append((producer, seq))
+    report.put((seen, bad, ring.wait_stats()))
+
+
+def numbered(producer, seq, max_message, exact=False):
+    """Message seq of producer: its length and bytes both follow from the pair."""
+    n = max_message if exact else 12 + (seq * 7919 + producer) % (max_message - 11)
+    head = producer.to_bytes(4, "little") + seq.to_bytes(8, "little")
+    return head + bytes((seq + producer + i) % 256 for i in range(12, n))
+
+
+def sleep_forever():
+    while True:
+        time.sleep(60)
+
+
+def pid():
+    return os.getpid()

@@ -1,0 +1,47 @@
+import multiprocessing
+import os
+import sys
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Child processes import their entry points from tests/children.py by name.
+sys.path.insert(0, os.path.dirname(__file__))
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
+)
+settings.register_profile(
+    "thorough", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=600
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(params=[m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()])
+def start_method(request):
+    """Each multiprocessing start method this platform has."""
+    return request.param
+
+
+@pytest.fixture(params=["native", "portable"])
+def waiter(request):
+    """Each wait backend in turn; the portable one is what platforms without an address wait use."""
+    return request.param
+
+
+def _shm_entries():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind():
+    """Every test ends with no new /dev/shm entry and no live child process."""
+    before = _shm_entries()
+    yield
+    for child in multiprocessing.active_children():
+        child.join(10)
+    assert not multiprocessing.active_children(), "a test left child processes running"
+    assert _shm_entries() - before == set(), "a test left entries in /dev/shm"

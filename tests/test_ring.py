@@ -1,0 +1,170 @@
+"""Rings against a Python model: hypothesis state machines in one process and across two."""
+
+import collections
+import multiprocessing
+import pickle
+
+import pytest
+from hypothesis import given, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import children
+from mizu import _core
+
+RINGS = [_core.SpscRing, _core.MpmcRing]
+
+
+def message(n, tag):
+    return bytes((tag + i) % 251 for i in range(n))
+
+
+class RingModel(RuleBasedStateMachine):
+    """A ring behaves as a bounded FIFO of byte strings."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = collections.deque()
+        self.tag = 0
+
+    @initialize(kind=st.sampled_from(RINGS), log_capacity=st.integers(1, 5), max_message=st.integers(1, 300))
+    def make(self, kind, log_capacity, max_message):
+        self.segment = _core.Segment(1 << 20)
+        self.ring = kind(self.segment, 1 << log_capacity, max_message)
+        self.producer = self.consumer = self.ring
+
+    def push_one(self, data):
+        return self.producer.try_push(data)
+
+    def pop_one(self):
+        return self.consumer.try_pop()
+
+    @rule(n=st.integers(0, 400))
+    def push(self, n):
+        self.tag += 1
+        data = message(n, self.tag)
+        if n > self.ring.max_message:
+            with pytest.raises(ValueError, match="exceeds the ring's limit"):
+                self.push_one(data)
+            return
+        pushed = self.push_one(data)
+        assert pushed == (len(self.model) < self.ring.capacity)
+        if pushed:
+            self.model.append(data)
+
+    @rule()
+    def pop(self):
+        got = self.pop_one()
+        assert got == (self.model.popleft() if self.model else None)
+
+    @rule(k=st.integers(1, 70))
+    def fill_then_drain(self, k):
+        """Many laps around the ring, crossing the wrap point."""
+        for i in range(k):
+            data = message(i % (self.ring.max_message + 1), i)
+            if self.push_one(data):
+                self.model.append(data)
+            assert self.pop_one() == self.model.popleft()
+
+    @invariant()
+    def size_matches(self):
+        if hasattr(self, "ring"):
+            assert len(self.ring) == len(self.model)
+
+
+TestRingModel = RingModel.TestCase
+
+
+class CrossProcessRingModel(RingModel):
+    """The same model with the consumer (and, for MPMC rings, a second producer) in another process."""
+
+    @initialize(kind=st.sampled_from(RINGS), log_capacity=st.integers(1, 5), max_message=st.integers(1, 300))
+    def make(self, kind, log_capacity, max_message):
+        super().make(kind, log_capacity, max_message)
+        ctx = multiprocessing.get_context("fork")
+        self.conn, there = ctx.Pipe()
+        self.far = ctx.Process(target=children.serve, args=(there,))
+        self.far.start()
+        self.conn.send(("attach", pickle.loads(pickle.dumps(self.ring))))
+        self.conn.recv()
+        self.remote_producer = kind is _core.MpmcRing
+
+    def teardown(self):
+        if hasattr(self, "far"):
+            self.conn.send(("stop", None))
+            self.far.join(10)
+
+    def pop_one(self):
+        self.conn.send(("pop", None))
+        return self.conn.recv()
+
+    @precondition(lambda self: getattr(self, "remote_producer", False))
+    @rule(n=st.integers(0, 300))
+    def push_remote(self, n):
+        self.tag += 1
+        data = message(n, self.tag)
+        self.conn.send(("push", data))
+        result = self.conn.recv()
+        if n > self.ring.max_message:
+            assert isinstance(result, ValueError)
+            return
+        assert result == (len(self.model) < self.ring.capacity)
+        if result:
+            self.model.append(data)
+
+
+TestCrossProcessRingModel = CrossProcessRingModel.TestCase
+
+
+@pytest.mark.parametrize("kind", RINGS)
+@given(data=st.one_of(st.binary(max_size=500), st.builds(bytearray, st.binary(max_size=500))))
+def test_any_buffer_round_trips(kind, data):
+    seg = _core.Segment(1 << 16)
+    ring = kind(seg, 2, 500)
+    ring.push(memoryview(data))
+    assert ring.pop(timeout=1) == bytes(data)
+
+
+@pytest.mark.parametrize("kind", RINGS)
+def test_bad_shapes_are_rejected(kind):
+    seg = _core.Segment(1 << 20)
+    for capacity in (0, 1, 3, 1000, 1 << 25, -4):
+        with pytest.raises(ValueError, match="capacity"):
+            kind(seg, capacity, 16)
+    for max_message in (0, -1, 1 << 24, 1 << 40):
+        with pytest.raises(ValueError, match="max_message"):
+            kind(seg, 4, max_message)
+    with pytest.raises(MemoryError, match="bytes free"):
+        kind(seg, 1 << 12, 1 << 12)
+    with pytest.raises(TypeError):
+        kind(None, 4, 16)
+
+
+@pytest.mark.parametrize("kind", RINGS)
+def test_bad_messages_and_timeouts_are_rejected(kind):
+    ring = kind(_core.Segment(1 << 16), 2, 16)
+    with pytest.raises(ValueError, match="48 bytes per message"):
+        ring.push(b"x" * 49)
+    with pytest.raises(TypeError):
+        ring.push("text is not bytes")
+    with pytest.raises(ValueError, match="timeout"):
+        ring.pop(timeout=-1)
+    with pytest.raises(TimeoutError):
+        ring.pop(timeout=0)
+    ring.push(b"a")
+    ring.push(b"b")
+    with pytest.raises(TimeoutError):
+        ring.push(b"c", timeout=0.01)
+    assert not ring.try_push(b"c")
+
+
+@pytest.mark.parametrize("kind", RINGS)
+def test_close_drains_then_reports_eof(kind):
+    ring = kind(_core.Segment(1 << 16), 4, 16)
+    ring.push(b"last")
+    ring.close()
+    assert ring.closed
+    with pytest.raises(BrokenPipeError):
+        ring.push(b"more")
+    assert ring.pop() == b"last"
+    with pytest.raises(EOFError):
+        ring.pop(timeout=5)

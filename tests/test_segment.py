@@ -1,0 +1,135 @@
+"""The shared segment: creation, attachment from other processes, bad input, full tmpfs."""
+
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+import pytest
+
+import children
+from mizu import _core
+
+
+def test_children_attach_under_every_start_method(start_method, waiter):
+    method = start_method
+    seg = _core.Segment(1 << 16, waiter=waiter)
+    ring = _core.SpscRing(seg, 8, 64)
+    child = multiprocessing.get_context(method).Process(target=children.push, args=(ring, b"from " + method.encode()))
+    child.start()
+    assert ring.pop(timeout=60, peer=_core.PeerWatch(child.pid)) == b"from " + method.encode()
+    child.join(30)
+    assert child.exitcode == 0
+
+
+def test_attach_by_descriptor_shares_memory():
+    seg = _core.Segment(1 << 16)
+    ring = _core.MpmcRing(seg, 4, 32)
+    peer = _core.Segment.attach(seg.fd)
+    assert peer.fd != seg.fd and peer.size == seg.size and peer.waiter == seg.waiter
+    _core.MpmcRing.attach(peer, ring.offset).push(b"shared")
+    assert ring.pop(timeout=1) == b"shared"
+    assert peer.free == seg.free
+
+
+def test_alloc_hands_out_disjoint_aligned_ranges_until_full():
+    seg = _core.Segment(8192)
+    offsets = []
+    while True:
+        try:
+            offsets.append(seg.alloc(100))
+        except MemoryError as exc:
+            assert "create the segment larger" in str(exc)
+            break
+    assert all(o % 128 == 0 for o in offsets)
+    assert all(b - a >= 128 for a, b in zip(offsets, offsets[1:]))
+    assert offsets[-1] + 128 <= seg.size
+
+
+@pytest.mark.parametrize("size", [0, -1, 10])
+def test_too_small_sizes_are_rejected(size):
+    with pytest.raises(ValueError, match="segment size"):
+        _core.Segment(size)
+
+
+def test_size_past_the_machine_is_a_memory_error():
+    with pytest.raises(MemoryError, match="exceeds this machine's memory"):
+        _core.Segment(1 << 60)
+
+
+def test_unknown_waiter_is_rejected():
+    with pytest.raises(ValueError, match="waiter must be one of"):
+        _core.Segment(4096, waiter="spin")
+
+
+def test_attaching_to_something_else_is_a_clear_error(tmp_path):
+    path = tmp_path / "plain"
+    path.write_bytes(b"\0" * 8192)
+    with open(path, "rb") as f:
+        with pytest.raises(ValueError, match="not a mizu shared segment"):
+            _core.Segment.attach(f.fileno())
+    r, w = os.pipe()
+    try:
+        with pytest.raises(ValueError, match="not a mizu shared segment"):
+            _core.Segment.attach(r)
+    finally:
+        os.close(r)
+        os.close(w)
+    closed = os.open(os.devnull, os.O_RDONLY)
+    os.close(closed)
+    with pytest.raises(OSError):
+        _core.Segment.attach(closed)
+
+
+def test_ring_attach_checks_what_is_at_the_offset():
+    seg = _core.Segment(1 << 16)
+    ring = _core.SpscRing(seg, 4, 16)
+    with pytest.raises(ValueError, match="single-producer"):
+        _core.MpmcRing.attach(seg, ring.offset)
+    with pytest.raises(ValueError, match="no mizu ring"):
+        _core.SpscRing.attach(seg, seg.alloc(4096))
+    with pytest.raises(ValueError, match="outside the segment"):
+        _core.SpscRing.attach(seg, seg.size)
+
+
+@pytest.fixture
+def small_tmpfs():
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.fail("this test mounts a 1 MiB tmpfs and must run as root (CI does)")
+    where = tempfile.mkdtemp(prefix="mizu-tmpfs-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", where], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", where], check=True)
+        os.rmdir(where)
+
+
+def test_full_tmpfs_fails_at_creation_with_a_clear_error(small_tmpfs):
+    with pytest.raises(MemoryError, match=f"in {small_tmpfs}.*larger tmpfs"):
+        _core.Segment(4 << 20, dir=small_tmpfs)
+    seg = _core.Segment(512 << 10, dir=small_tmpfs)
+    ring = _core.SpscRing(seg, 64, 1000)
+    ring.push(b"x" * 1000)
+    assert ring.pop() == b"x" * 1000
+    assert os.listdir(small_tmpfs) == []
+    with pytest.raises(MemoryError):
+        _core.Segment(768 << 10, dir=small_tmpfs)
+    del ring, seg
+    _core.Segment(768 << 10, dir=small_tmpfs)
+
+
+def test_killed_holder_leaves_nothing_behind():
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    seg = _core.Segment(1 << 20)
+    child = ctx.Process(target=children.hold, args=(seg, ready))
+    child.start()
+    assert ready.wait(60)
+    child_fds = os.listdir(f"/proc/{child.pid}/fd")
+    assert any("memfd:mizu" in os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in child_fds if os.path.exists(f"/proc/{child.pid}/fd/{fd}"))
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    assert child.exitcode == -signal.SIGKILL
