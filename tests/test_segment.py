@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -94,6 +95,9 @@ def test_ring_attach_checks_what_is_at_the_offset():
         _core.SpscRing.attach(seg, seg.size)
 
 
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="mounts a tmpfs / reads /proc: Linux only")
+
+
 @pytest.fixture
 def small_tmpfs():
     if os.geteuid() != 0 or shutil.which("mount") is None:
@@ -107,6 +111,7 @@ def small_tmpfs():
         os.rmdir(where)
 
 
+@linux_only
 def test_full_tmpfs_fails_at_creation_with_a_clear_error(small_tmpfs):
     with pytest.raises(MemoryError, match=f"in {small_tmpfs}.*larger tmpfs"):
         _core.Segment(4 << 20, dir=small_tmpfs)
@@ -121,6 +126,7 @@ def test_full_tmpfs_fails_at_creation_with_a_clear_error(small_tmpfs):
     _core.Segment(768 << 10, dir=small_tmpfs)
 
 
+@linux_only
 def test_killed_holder_leaves_nothing_behind():
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
