@@ -158,6 +158,16 @@ public:
         }
     }
 
+    // Waits until a message is there to pop, without claiming it.
+    WaitStatus wait_readable(Waiter& w, const WaitOptions& opt) {
+        for (;;) {
+            if (self().readable()) return WaitStatus::ready;
+            if (closed()) return self().readable() ? WaitStatus::ready : WaitStatus::closed;
+            WaitStatus st = w.wait(r_->readable, [this] { return self().readable() || closed(); }, opt);
+            if (st != WaitStatus::ready) return st;
+        }
+    }
+
 protected:
     using RingBase::RingBase;
 
@@ -240,6 +250,7 @@ public:
                     res.slot = s;
                     res.pos = pos;
                     s->len = len;
+                    pass_baton(r_->writable, writable());
                     return true;
                 }
             } else if (dif < 0) {
@@ -264,6 +275,7 @@ public:
                 if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     res.slot = s;
                     res.pos = pos;
+                    pass_baton(r_->readable, readable());
                     return true;
                 }
             } else if (dif < 0) {
@@ -278,17 +290,41 @@ public:
         res.slot->seq.store(res.pos + r_->capacity, std::memory_order_release);
         notify(r_->writable);
     }
+    // Both re-read the index when it went stale under them (another
+    // consumer or producer moved on), so they never report false while a
+    // later position is ready.
     bool readable() const noexcept {
         uint64_t pos = r_->head.load(std::memory_order_relaxed);
-        return slot(pos)->seq.load(std::memory_order_acquire) == pos + 1;
+        for (;;) {
+            int64_t dif = int64_t(slot(pos)->seq.load(std::memory_order_acquire) - (pos + 1));
+            if (dif == 0) return true;
+            if (dif < 0) return false;
+            pos = r_->head.load(std::memory_order_relaxed);
+        }
     }
     bool writable() const noexcept {
         uint64_t pos = r_->tail.load(std::memory_order_relaxed);
-        return slot(pos)->seq.load(std::memory_order_acquire) == pos;
+        for (;;) {
+            int64_t dif = int64_t(slot(pos)->seq.load(std::memory_order_acquire) - pos);
+            if (dif == 0) return true;
+            if (dif < 0) return false;
+            pos = r_->tail.load(std::memory_order_relaxed);
+        }
     }
 
 private:
     explicit MpmcRing(RingLayout* r) noexcept : RingOps(r) {}
+
+    // Positions complete out of order when several processes push or pop,
+    // so the wake-up for a later position can reach a sleeper that still
+    // finds the head unready and sleeps again. Whoever claims a position
+    // therefore wakes the next sleeper while more is ready.
+    // relaxed: a hint; a sleeper announced itself with an RMW that this
+    // process has already observed (through its own RMWs on the ring) or
+    // that precedes its own re-check of the ring.
+    static void pass_baton(EventWord& ev, bool more) noexcept {
+        if (more && ev.sleepers.load(std::memory_order_relaxed) != 0) notify(ev);
+    }
 };
 
 }  // namespace mizu

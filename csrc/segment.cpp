@@ -134,10 +134,15 @@ std::unique_ptr<Segment> Segment::attach(int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0) throw std::system_error(errno, std::generic_category(), "fstat of fd " + std::to_string(fd));
     std::string not_ours = "fd " + std::to_string(fd) + " is not a mizu shared segment";
+#if defined(__APPLE__)
+    // A POSIX shm object is no regular file there and cannot be pread.
+    if (std::size_t(st.st_size) < sizeof(SegmentHeader)) throw std::invalid_argument(not_ours);
+#else
     uint64_t magic = 0;
     if (!S_ISREG(st.st_mode) || std::size_t(st.st_size) < sizeof(SegmentHeader) ||
         pread(fd, &magic, sizeof magic, 0) != ssize_t(sizeof magic) || magic != kSegmentMagic)
         throw std::invalid_argument(not_ours);
+#endif
     std::size_t size = std::size_t(st.st_size);
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of fd " + std::to_string(fd));
@@ -149,7 +154,8 @@ std::unique_ptr<Segment> Segment::attach(int fd) {
         throw;
     }
     auto* h = reinterpret_cast<SegmentHeader*>(base);
-    if (h->magic != kSegmentMagic || h->size != size) {
+    // macOS rounds a shm object's size up to whole pages.
+    if (h->magic != kSegmentMagic || h->size > size) {
         munmap(base, size);
         close(own);
         throw std::invalid_argument(not_ours);

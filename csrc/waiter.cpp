@@ -4,6 +4,14 @@
 #include <ctime>
 #include <stdexcept>
 
+// glibc and the BSDs have robust mutexes (PTHREAD_MUTEX_ROBUST is an enum
+// there, not a macro, so it cannot be tested for); macOS does not.
+#if defined(__APPLE__)
+#define MIZU_ROBUST_MUTEX 0
+#else
+#define MIZU_ROBUST_MUTEX 1
+#endif
+
 namespace mizu {
 
 namespace {
@@ -11,7 +19,7 @@ namespace {
 // A process that died holding the mutex leaves it EOWNERDEAD; the state it
 // guards is only the epoch, which is always consistent, so take it over.
 void lock_recovering(pthread_mutex_t* m) noexcept {
-#if defined(PTHREAD_MUTEX_ROBUST)
+#if MIZU_ROBUST_MUTEX
     if (pthread_mutex_lock(m) == EOWNERDEAD) pthread_mutex_consistent(m);
 #else
     pthread_mutex_lock(m);
@@ -34,10 +42,12 @@ AddressWait portable_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noex
         abs.tv_sec += time_t(timeout_ns / 1000000000 + ns / 1000000000);
         abs.tv_nsec = long(ns % 1000000000);
         rc = pthread_cond_timedwait(&ev.cond, &ev.mutex, &abs);
+#if MIZU_ROBUST_MUTEX
         if (rc == EOWNERDEAD) {
             pthread_mutex_consistent(&ev.mutex);
             rc = 0;
         }
+#endif
 #endif
     }
     pthread_mutex_unlock(&ev.mutex);
@@ -54,20 +64,20 @@ void event_init(EventWord& ev, WaitBackend backend) {
     if (backend != WaitBackend::portable) throw std::invalid_argument("unknown waiter backend");
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
-    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-#if defined(PTHREAD_MUTEX_ROBUST)
-    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+    int rc = pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+#if MIZU_ROBUST_MUTEX
+    if (rc == 0) rc = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
 #endif
-    int rc = pthread_mutex_init(&ev.mutex, &ma);
+    if (rc == 0) rc = pthread_mutex_init(&ev.mutex, &ma);
     pthread_mutexattr_destroy(&ma);
     if (rc != 0) throw std::runtime_error("cannot create a process-shared mutex");
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+    rc = pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
 #if !defined(__APPLE__)
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 #endif
-    rc = pthread_cond_init(&ev.cond, &ca);
+    if (rc == 0) rc = pthread_cond_init(&ev.cond, &ca);
     pthread_condattr_destroy(&ca);
     if (rc != 0) throw std::runtime_error("cannot create a process-shared condition variable");
 }

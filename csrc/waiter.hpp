@@ -82,12 +82,13 @@ public:
     static constexpr int64_t kMinSpinNs = 1000;
     static constexpr int64_t kDefaultSliceNs = 20000000;
     static constexpr int kPreludePolls = 16;
+    static constexpr int64_t kMaxSpinNs = 1000000000;
 
     explicit Waiter(SpinGate* gate = nullptr) noexcept : gate_(gate) {}
 
     // Upper bound of the adaptive spin, 0 to always sleep at once.
     void set_spin_limit_ns(int64_t ns) noexcept {
-        spin_limit_ns_ = ns < 0 ? 0 : ns;
+        spin_limit_ns_ = ns < 0 ? 0 : ns > kMaxSpinNs ? kMaxSpinNs : ns;
         budget_ns_ = spin_limit_ns_;
     }
     int64_t spin_limit_ns() const noexcept { return spin_limit_ns_; }
@@ -103,7 +104,7 @@ public:
 
 private:
     template <class Ready>
-    bool spin(Ready& ready, int64_t start);
+    bool spin(Ready& ready, int64_t start, int64_t deadline);
     void adapt(int64_t waited_ns, bool spun_out) noexcept;
 
     SpinGate* gate_;
@@ -142,10 +143,10 @@ inline void notify(EventWord& ev, bool all) {
 }
 
 template <class Ready>
-bool Waiter::spin(Ready& ready, int64_t start) {
-    if (budget_ns_ <= 0 || (gate_ && !gate_->try_enter())) return false;
+bool Waiter::spin(Ready& ready, int64_t start, int64_t deadline) {
+    if (budget_ns_ <= 0 || start >= deadline || (gate_ && !gate_->try_enter())) return false;
     bool won = false;
-    int64_t end = start + budget_ns_;
+    int64_t end = deadline - start > budget_ns_ ? start + budget_ns_ : deadline;
     do {
         for (int i = 0; i < 32 && !won; ++i) {
             if (ready())
@@ -171,11 +172,12 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
         }
     }
     int64_t start = now_ns();
-    if (spin(ready, start)) {
+    if (spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);
         return WaitStatus::ready;
     }
+    int64_t last_check = start;
     for (;;) {
         uint32_t key = prepare_wait(ev);
         if (ready()) {
@@ -195,7 +197,12 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
             if (r == AddressWait::timed_out) ++stats_.late_wakeups;
             break;
         }
-        if (r == AddressWait::woken) continue;
+        // Peer and hook run after every slice that was not a wake-up, and at
+        // least once a slice even on a ring so busy that this waiter is woken
+        // again and again but always loses the message to another consumer.
+        now = now_ns();
+        if (r == AddressWait::woken && now - last_check < slice_ns_) continue;
+        last_check = now;
         if (opt.peer && !opt.peer->alive()) return ready() ? WaitStatus::ready : WaitStatus::peer_died;
         if (opt.hook.fn && !opt.hook.fn(opt.hook.ctx)) return WaitStatus::stopped;
     }

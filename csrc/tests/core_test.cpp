@@ -56,18 +56,29 @@ struct Fixture {
 uint32_t length_of(uint64_t n, uint32_t max_message) { return 8 + uint32_t((n * 2654435761u) % (max_message - 7)); }
 
 // Every message arrives once, in order per producer, with its bytes intact.
+// With sleep_only, every wait goes through the sleep path with slices so long
+// that a lost wake-up shows as a late wake-up.
 template <class R>
-void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, WaitBackend backend) {
+void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, WaitBackend backend,
+            bool sleep_only = false) {
     const uint32_t max_message = 100;
     Fixture f(64, max_message, kind, backend);
     std::vector<std::atomic<uint8_t>> seen(producers * per_producer);
     std::vector<std::thread> threads;
     std::atomic<int> done_producers{0};
-    std::atomic<uint64_t> errors{0};
+    std::atomic<uint64_t> errors{0}, late{0};
+    auto make_waiter = [&] {
+        Waiter w(&f.seg->header().spin_gate);
+        if (sleep_only) {
+            w.set_spin_limit_ns(0);
+            w.set_slice_ns(60LL * 1000000000);
+        }
+        return w;
+    };
     for (int p = 0; p < producers; ++p)
         threads.emplace_back([&, p] {
             R ring = f.ring<R>();
-            Waiter w(&f.seg->header().spin_gate);
+            Waiter w = make_waiter();
             Reservation res;
             for (uint64_t i = 0; i < per_producer; ++i) {
                 uint64_t id = uint64_t(p) * per_producer + i;
@@ -77,12 +88,13 @@ void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, 
                 std::memset(res.data() + 8, int(id & 0xff), len - 8);
                 ring.end_push(res);
             }
+            late.fetch_add(w.stats().late_wakeups);
             if (done_producers.fetch_add(1) + 1 == producers) ring.close();
         });
     for (int c = 0; c < consumers; ++c)
         threads.emplace_back([&] {
             R ring = f.ring<R>();
-            Waiter w(&f.seg->header().spin_gate);
+            Waiter w = make_waiter();
             Reservation res;
             std::vector<uint64_t> last(producers, 0);
             while (ring.wait_pop(res, w, WaitOptions{}) == WaitStatus::ready) {
@@ -98,9 +110,11 @@ void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, 
                 }
                 ring.end_pop(res);
             }
+            late.fetch_add(w.stats().late_wakeups);
         });
     for (auto& t : threads) t.join();
     CHECK(errors.load() == 0);
+    CHECK(late.load() == 0);
     for (auto& s : seen) CHECK(s.load() == 1);
 }
 
@@ -136,6 +150,37 @@ void wake_storm(WaitBackend backend, uint64_t rounds) {
     t.join();
     CHECK(s1.late_wakeups == 0 && s2.late_wakeups == 0);
     CHECK(s1.sleeps + s2.sleeps > 0);
+}
+
+// Two producers finish out of order while two consumers sleep: the wake-up
+// for position 1 reaches a consumer that finds position 0 unready and sleeps
+// again; the consumer that then takes position 0 must wake the other one.
+void out_of_order_publication(WaitBackend backend) {
+    Fixture f(8, 16, RingKind::mpmc, backend);
+    MpmcRing ring = f.ring<MpmcRing>();
+    std::atomic<uint64_t> late{0}, received{0};
+    std::vector<std::thread> consumers;
+    for (int c = 0; c < 2; ++c)
+        consumers.emplace_back([&] {
+            MpmcRing mine = f.ring<MpmcRing>();
+            Waiter w;
+            w.set_spin_limit_ns(0);
+            w.set_slice_ns(2000000000);
+            Reservation res;
+            CHECK(mine.wait_pop(res, w, WaitOptions{}) == WaitStatus::ready);
+            mine.end_pop(res);
+            received.fetch_add(1);
+            late.fetch_add(w.stats().late_wakeups);
+        });
+    while (ring.layout()->readable.sleepers.load() < 2) std::this_thread::yield();
+    Reservation first, second;
+    CHECK(ring.begin_push(4, first) && ring.begin_push(4, second));
+    ring.end_push(second);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ring.end_push(first);
+    for (auto& t : consumers) t.join();
+    CHECK(received.load() == 2);
+    CHECK(late.load() == 0);
 }
 
 void timeouts_and_close(WaitBackend backend) {
@@ -185,7 +230,9 @@ int main() {
         stream<SpscRing>(RingKind::spsc, 1, 1, 200000, backend);
         stream<MpmcRing>(RingKind::mpmc, 3, 3, 50000, backend);
         stream<MpmcRing>(RingKind::mpmc, 1, 1, 100000, backend);
+        stream<MpmcRing>(RingKind::mpmc, 3, 3, 3000, backend, true);
         wake_storm(backend, 2000);
+        out_of_order_publication(backend);
         timeouts_and_close(backend);
     }
     StressResult r = stress_mpmc(2, 2, 20000, 64, 64, WaitBackend::native);
