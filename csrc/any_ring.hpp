@@ -38,6 +38,9 @@ public:
     WaitStatus wait_pop(Reservation& res, Waiter& w, const WaitOptions& opt) {
         return spsc_ ? spsc_->wait_pop(res, w, opt) : mpmc_->wait_pop(res, w, opt);
     }
+    WaitStatus wait_readable(Waiter& w, const WaitOptions& opt) {
+        return spsc_ ? spsc_->wait_readable(w, opt) : mpmc_->wait_readable(w, opt);
+    }
 
 private:
     explicit AnyRing(SpscRing r) : spsc_(r) {}

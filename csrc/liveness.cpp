@@ -1,6 +1,7 @@
 #include "liveness.hpp"
 
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <string>
 #include <system_error>
@@ -49,7 +50,7 @@ bool PeerWatch::alive() const noexcept { return !wait_exit(0); }
 
 bool PeerWatch::wait_exit(long long timeout_ns) const noexcept {
     if (fd_ < 0) {
-        int64_t deadline = now_ns() + timeout_ns;
+        int64_t deadline = timeout_ns < 0 ? kForever : now_ns() + timeout_ns;
         for (;;) {
             if (kill(pid_, 0) != 0 && errno == ESRCH) return true;
             if (now_ns() >= deadline) return false;
@@ -59,7 +60,8 @@ bool PeerWatch::wait_exit(long long timeout_ns) const noexcept {
     // Both a pidfd and a kqueue with a NOTE_EXIT filter become readable when
     // the process exits, so poll serves both.
     pollfd p{fd_, POLLIN, 0};
-    int ms = timeout_ns <= 0 ? 0 : int((timeout_ns + 999999) / 1000000);
+    long long ms_wanted = timeout_ns < 0 ? -1 : (timeout_ns + 999999) / 1000000;
+    int ms = ms_wanted > INT_MAX ? INT_MAX : int(ms_wanted);
     int r;
     do r = poll(&p, 1, ms);
     while (r < 0 && errno == EINTR);

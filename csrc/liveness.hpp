@@ -19,7 +19,8 @@ public:
     // pidfd or kqueue is available). One syscall, no blocking.
     bool alive() const noexcept;
 
-    // Blocks at most timeout_ns for the process to exit; true once it has.
+    // Blocks at most timeout_ns (forever if negative) for the process to
+    // exit; true once it has.
     bool wait_exit(long long timeout_ns) const noexcept;
 
     pid_t pid() const noexcept { return pid_; }

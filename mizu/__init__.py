@@ -14,7 +14,10 @@ except ImportError as exc:  # pragma: no cover - only when run from a source tre
     raise
 
 from mizu._core import PeerDiedError
+from mizu._executor import ProcessPoolExecutor
+
+Executor = ProcessPoolExecutor
 
 __version__ = "0.1.0"
 
-__all__ = ["PeerDiedError", "__version__"]
+__all__ = ["Executor", "PeerDiedError", "ProcessPoolExecutor", "__version__"]

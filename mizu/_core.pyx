@@ -26,6 +26,7 @@ from mizu.includes.waiter cimport WaitBackend, WaitOptions, WaitStats, WaitStatu
 
 import operator
 import os
+import threading
 from multiprocessing import reduction
 
 __all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
@@ -66,7 +67,7 @@ cdef uint64_t _bounded(str what, object value, uint64_t limit) except? 0:
 cdef int64_t _deadline(object timeout) except? -1:
     if timeout is None:
         return kForever
-    if timeout < 0:
+    if not timeout >= 0:
         raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
     return now_ns() + <int64_t>(min(float(timeout), 1e9) * 1e9)
 
@@ -229,7 +230,9 @@ cdef class PeerWatch:
     def wait(self, timeout=None):
         """wait(timeout=None)
 
-        Block until the process exits or `timeout` seconds pass.
+        Block until the process exits or `timeout` seconds pass. In the main
+        thread the wait wakes every 20 ms to run signal handlers; in other
+        threads it is one blocking call.
 
         Returns
         -------
@@ -239,11 +242,19 @@ cdef class PeerWatch:
         cdef int64_t deadline = _deadline(timeout)
         cdef int64_t step
         cdef bint dead = False
+        cdef bint main = threading.current_thread() is threading.main_thread()
         while True:
-            step = min(deadline - now_ns(), 20000000)
+            if deadline == kForever and not main:
+                step = -1
+            else:
+                step = deadline - now_ns()
+                if main and step > 20000000:
+                    step = 20000000
+                if step < 0:
+                    step = 0
             with nogil:
-                dead = self.watch.get().wait_exit(step if step > 0 else 0)
-            if dead or step <= 0:
+                dead = self.watch.get().wait_exit(step)
+            if dead or (step == 0 and deadline != kForever):
                 return dead
             PyErr_CheckSignals()
 
@@ -478,6 +489,39 @@ cdef class _Ring:
             st = self.ring.get().wait_pop(res, deref(self.pop_waiter), opt)
         if st == WaitStatus.ready:
             return self._take(res)
+        if st == WaitStatus.closed:
+            raise EOFError("the ring is closed and empty")
+        self._raise_for(st, peer)
+
+    def wait_readable(self, timeout=None, *, PeerWatch peer=None):
+        """wait_readable(timeout=None, *, peer=None)
+
+        Wait until a message can be popped, without popping it.
+
+        Returns
+        -------
+        bool
+            True if a message is there, False if `timeout` passed first.
+
+        Raises
+        ------
+        PeerDiedError
+            The process `peer` watches exited, and the ring is empty.
+        EOFError
+            The ring is closed and empty.
+        """
+        cdef WaitOptions opt
+        cdef WaitStatus st
+        opt.deadline_ns = _deadline(timeout)
+        if peer is not None:
+            opt.peer = peer.watch.get()
+        opt.hook.fn = _run_signal_handlers
+        with nogil:
+            st = self.ring.get().wait_readable(deref(self.pop_waiter), opt)
+        if st == WaitStatus.ready:
+            return True
+        if st == WaitStatus.timed_out:
+            return False
         if st == WaitStatus.closed:
             raise EOFError("the ring is closed and empty")
         self._raise_for(st, peer)

@@ -99,3 +99,59 @@ def sleep_forever():
 
 def pid():
     return os.getpid()
+
+
+# -- tasks for the Executor tests -------------------------------------------------------------
+
+
+def double(x):
+    return 2 * x
+
+
+def add(a, b=0, *, c=0):
+    return a + b + c
+
+
+def raise_runtime(arg):
+    raise RuntimeError(arg)
+
+
+def exit_with(code):
+    raise SystemExit(code)
+
+
+def die(code=3):
+    os._exit(code)
+
+
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def echo_value(value):
+    return value
+
+
+def unpicklable_result():
+    return lambda: None
+
+
+_initialized = []
+
+
+def remember(value):
+    _initialized.append(value)
+
+
+def initialized():
+    return list(_initialized)
+
+
+def fail_to_initialize():
+    raise ValueError("initializer failed on purpose")
+
+
+class NotPicklable:
+    def __reduce__(self):
+        raise TypeError("NotPicklable refuses to be pickled")

@@ -37,11 +37,17 @@ def _shm_entries():
 
 
 @pytest.fixture(autouse=True)
-def leaves_nothing_behind():
-    """Every test ends with no new /dev/shm entry and no live child process."""
+def leaves_nothing_behind(request):
+    """Every test ends with no new /dev/shm entry and no live child process.
+
+    The stdlib's pool, run as the oracle, is excused /dev/shm: a broken pool
+    of it leaves its semaphores for the resource tracker to remove later.
+    """
     before = _shm_entries()
     yield
     for child in multiprocessing.active_children():
         child.join(10)
     assert not multiprocessing.active_children(), "a test left child processes running"
-    assert _shm_entries() - before == set(), "a test left entries in /dev/shm"
+    params = getattr(request.node, "callspec", None)
+    if params is None or params.params.get("executor_type") != "stdlib":
+        assert _shm_entries() - before == set(), "a test left entries in /dev/shm"

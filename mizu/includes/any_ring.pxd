@@ -19,3 +19,4 @@ cdef extern from "any_ring.hpp" namespace "mizu" nogil:
         void end_pop(const Reservation& res)
         WaitStatus wait_push(uint32_t len, Reservation& res, Waiter& w, const WaitOptions& opt) except +raise_py_error
         WaitStatus wait_pop(Reservation& res, Waiter& w, const WaitOptions& opt) except +raise_py_error
+        WaitStatus wait_readable(Waiter& w, const WaitOptions& opt) except +raise_py_error

@@ -1,0 +1,114 @@
+"""pymizu's ProcessPoolExecutor side by side with the stdlib pools.
+
+The rows of DESIGN's table, measured for mizu, concurrent.futures'
+ProcessPoolExecutor and ThreadPoolExecutor (and InterpreterPoolExecutor
+where the Python has it), in turn, several times over; medians and mizu's
+speed-up over each are printed. Pool start-up is outside every timed region.
+
+Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick]
+"""
+
+import argparse
+import concurrent.futures as cf
+import os
+import platform
+import statistics
+import sys
+import time
+
+import mizu
+
+
+def trivial(x):
+    return x
+
+
+def five_microseconds(x):
+    end = time.perf_counter() + 5e-6
+    while time.perf_counter() < end:
+        pass
+    return x
+
+
+def round_trip(pool, n):
+    """Seconds per submit(f).result()."""
+    start = time.perf_counter()
+    for i in range(n):
+        pool.submit(trivial, i).result()
+    return (time.perf_counter() - start) / n
+
+
+def pipelined(pool, n):
+    """Seconds per task: submit n, then wait for all."""
+    start = time.perf_counter()
+    futures = [pool.submit(trivial, i) for i in range(n)]
+    for f in futures:
+        f.result()
+    return (time.perf_counter() - start) / n
+
+
+def map_overhead(pool, n):
+    """Seconds per element of map(trivial, range(n)) with default arguments."""
+    start = time.perf_counter()
+    for _ in pool.map(trivial, range(n)):
+        pass
+    return (time.perf_counter() - start) / n
+
+
+def map_work(pool, n):
+    """Seconds for map of n ~5 us tasks with default arguments."""
+    start = time.perf_counter()
+    for _ in pool.map(five_microseconds, range(n)):
+        pass
+    return time.perf_counter() - start
+
+
+def pools():
+    kinds = [("mizu", lambda w: mizu.ProcessPoolExecutor(w)),
+             ("ProcessPool", lambda w: cf.ProcessPoolExecutor(w)),
+             ("ThreadPool", lambda w: cf.ThreadPoolExecutor(w))]
+    if hasattr(cf, "InterpreterPoolExecutor"):
+        kinds.append(("InterpreterPool", lambda w: cf.InterpreterPoolExecutor(w)))
+    return kinds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each row and pool (default 5)")
+    parser.add_argument("--quick", action="store_true", help="fewer tasks, for a smoke test")
+    args = parser.parse_args(argv)
+    scale = 10 if args.quick else 1
+    rows = [
+        ("trivial round trip, 1 worker (us/task)", 1, round_trip, 20_000 // scale, 1e6),
+        ("pipelined throughput, 1 worker (us/task)", 1, pipelined, 50_000 // scale, 1e6),
+        ("map overhead, trivial fn, 4 workers (us/elt)", 4, map_overhead, 50_000 // scale, 1e6),
+        ("map of 2,000 ~5 us tasks, 4 workers (ms)", 4, map_work, 2_000, 1e3),
+    ]
+    kinds = pools()
+    samples = {(row[0], name): [] for row in rows for name, _ in kinds}
+    for name, make in kinds:
+        for title, workers, run, n, _ in rows:
+            with make(workers) as pool:
+                for _ in range(max(1, workers)):
+                    list(pool.map(trivial, range(workers * 4)))
+                slow = name == "ProcessPool" or name == "InterpreterPool"
+                count = n if not slow or run is map_work else max(200, n // 20)
+                for _ in range(args.repeats):
+                    samples[(title, name)].append(run(pool, count))
+
+    print(f"pymizu vs the stdlib pools, {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
+          f"{platform.machine()}, {os.cpu_count()} CPUs, median of {args.repeats} runs")
+    names = [name for name, _ in kinds]
+    print(f"{'row':<46}" + "".join(f"{n:>16}" for n in names) + "".join(f"{'x vs ' + n:>20}" for n in names[1:]))
+    for title, _, _, _, unit in rows:
+        med = {n: statistics.median(samples[(title, n)]) for n in names}
+        cells = "".join(f"{med[n] * unit:>16.3f}" for n in names)
+        ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
+        print(f"{title:<46}{cells}{ratios}")
+    ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
+    print(f"ideal for the last row (total work / cores): {ideal * 1e3:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

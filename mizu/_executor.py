@@ -1,0 +1,683 @@
+"""The drop-in ProcessPoolExecutor.
+
+Data flow (one shared segment per pool; every arrow is a ring in it):
+
+    submit() / map()                                   worker 0..N-1
+      |  future + task go to `pending`                   (mizu._worker)
+      v
+    _dispatch()  -- one SpscRing per worker ------->  pop task, run it
+      |  (client side, under `send_lock`; at most        |
+      |   `depth` tasks in flight per worker)            |
+      |                                                  v
+    _drain()  <------- one MpmcRing shared by all ---  push result
+      |  (under `recv_lock`, by whichever thread needs a result: a caller
+      |   blocked in Future.result() drains the ring itself; the
+      |   `mizu-drain` thread drains when nobody else does, and runs
+      |   callbacks, as_completed and asyncio)
+      v
+    future.set_result() / set_exception()
+
+Worker death is noticed when a wait on the result ring ends a 20 ms slice
+with nothing to read: every live worker's pidfd is polled then, and a dead
+one breaks the pool as the stdlib's does (BrokenProcessPool on every pending
+future, then on submit).
+"""
+
+import collections
+import itertools
+import multiprocessing
+import os
+import sys
+import threading
+import traceback
+import types
+import weakref
+from concurrent.futures import _base
+from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
+from time import monotonic as _monotonic
+
+from mizu import _core
+from mizu._protocol import CALL, CHUNK, OK, PROTOCOL, RETIRING, Reassembler, dumps, frames, loads
+from mizu._worker import main as _worker_main
+
+_SLICE = 0.02
+_POLL = 0.002
+_FEED = 0.0002
+_TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16
+_MAX_DEPTH = 48
+_SHORT_TASK = 200e-6
+
+_BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
+_BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while the future was running or "
+                  "pending.")
+
+
+class _WorkItem:
+    __slots__ = ("future", "kind", "fn", "payload")
+
+    def __init__(self, future, kind, fn, payload):
+        self.future, self.kind, self.fn, self.payload = future, kind, fn, payload
+
+
+class _Watchers(list):
+    """A future's waiter list that tells the pool when wait() or as_completed() start watching."""
+
+    __slots__ = ("pool",)
+
+    def append(self, waiter):
+        super().append(waiter)
+        self.pool.watch()
+
+
+class _Future(_base.Future):
+    """A concurrent.futures.Future whose waiting caller drains results itself."""
+
+    def add_done_callback(self, fn):
+        super().add_done_callback(fn)
+        if not self.done():
+            pool = self._pool()
+            if pool is not None:
+                pool.watch()
+
+    def _drain_for(self, timeout):
+        if self._state not in (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED):
+            pool = self._pool()
+            if pool is not None:
+                pool.wait_for(self, timeout)
+
+    def result(self, timeout=None):
+        self._drain_for(timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self._drain_for(timeout)
+        return super().exception(timeout)
+
+
+class _Worker:
+    """One worker slot: its process, task ring and client-side bookkeeping."""
+
+    def __init__(self, index, ring):
+        self.index = index
+        self.ring = ring
+        self.process = None
+        self.watch = None
+        self.in_flight = {}           # task_id -> _WorkItem
+        self.outbox = collections.deque()   # frames waiting for room in the ring
+        self.registered = {}          # callable -> id, for this process
+        self.started_tasks = 0        # tasks sent to the current process
+
+
+def _registrable(fn):
+    # Plain functions and module-level builtins pickle by qualified name, so
+    # sending one once and then its id is exactly what pickling it every
+    # time would do. Anything else (bound methods, partials, instances)
+    # carries state that may change between calls, and is pickled each time.
+    kind = type(fn)
+    return kind is types.FunctionType or (kind is types.BuiltinFunctionType
+                                          and isinstance(fn.__self__, types.ModuleType))
+
+
+class _Pool:
+    """The state shared by the Executor, its futures and the drain thread."""
+
+    def __init__(self, max_workers, context, initializer, initargs, max_tasks):
+        self.context = context
+        self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
+        task_bytes = _TASK_SLOTS * (_SLOT_BYTES + 16) + 4096
+        self.segment = _core.Segment(_RESULT_SLOTS * (_SLOT_BYTES + 16) + max_workers * task_bytes + (1 << 16))
+        self.results = _core.MpmcRing(self.segment, _RESULT_SLOTS, _SLOT_BYTES)
+        self.workers = [_Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
+                        for i in range(max_workers)]
+        self.pending = collections.deque()
+        self.ids = itertools.count(1)
+        self.fn_ids = itertools.count(1)
+        self.send_lock = threading.Lock()
+        self.recv_lock = threading.Lock()
+        self.state_lock = threading.RLock()
+        self.idle = threading.Condition(threading.Lock())
+        self.user_drainers = 0
+        self.watched = False
+        self.kicked = threading.Event()
+        self.reassembler = Reassembler()
+        self.task_seconds = None
+        self.broken = None
+        self.shutting_down = False
+        self.started = False
+        self.thread = None
+
+    # -- starting and stopping -------------------------------------------------------------
+
+    def start(self):
+        for worker in self.workers:
+            self.spawn(worker)
+        self.thread = threading.Thread(target=self.drain_forever, name="mizu-drain", daemon=True)
+        self.thread.start()
+        _live_pools.add(self)
+        self.started = True
+
+    def spawn(self, worker):
+        proc = self.context.Process(
+            target=_worker_main,
+            args=(worker.ring, self.results, worker.index, os.getpid(), self.initializer, self.initargs,
+                  self.max_tasks),
+            name=f"mizu-worker-{worker.index}")
+        proc.start()
+        worker.process, worker.watch = proc, _core.PeerWatch(proc.pid)
+        worker.registered.clear()
+        worker.started_tasks = 0
+
+    def sending(self):
+        return any(worker.outbox for worker in self.workers)
+
+    def outstanding(self):
+        """A future that is not done yet, or None."""
+        for item in self.pending:
+            if not item.future.done():
+                return item.future
+        for worker in self.workers:
+            for item in worker.in_flight.values():
+                return item.future
+        return None
+
+    def close_workers(self, kill=None):
+        for worker in self.workers:
+            worker.ring.close()
+        for worker in self.workers:
+            proc = worker.process
+            if proc is None:
+                continue
+            if kill is not None and proc.exitcode is None:
+                try:
+                    getattr(proc, kill)()
+                except (ValueError, ProcessLookupError):
+                    pass
+            proc.join()
+
+    # -- submitting ---------------------------------------------------------------------------
+
+    def submit(self, kind, fn, payload):
+        future = _Future()
+        future._pool = weakref.ref(self)
+        future._waiters = _Watchers()
+        future._waiters.pool = self
+        item = _WorkItem(future, kind, fn, payload)
+        with self.state_lock:
+            if self.broken is not None:
+                raise BrokenProcessPool(self.broken)
+            if self.shutting_down:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if _interpreter_exiting:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            if not self.started:
+                self.start()
+            self.pending.append(item)
+        self.dispatch()
+        if self.pending and self.recv_lock.acquire(blocking=False):
+            try:
+                self.drain_ready()
+            finally:
+                self.recv_lock.release()
+        return future
+
+    def depth(self):
+        """Tasks in flight per worker: deep for short tasks, shallow for long ones."""
+        seconds = self.task_seconds
+        if seconds is None or seconds >= _SHORT_TASK:
+            return 2
+        return min(_MAX_DEPTH, max(2, int(_SHORT_TASK / max(seconds, 1e-7))))
+
+    def dispatch(self):
+        with self.send_lock:
+            depth = self.depth()
+            for worker in self.workers:
+                self.flush(worker)
+            while self.pending:
+                worker = self.pick(depth)
+                if worker is None:
+                    return
+                item = self.pending.popleft()
+                if not item.future.set_running_or_notify_cancel():
+                    continue
+                task_id = next(self.ids)
+                fn, fn_ref = item.fn, item.fn
+                if _registrable(fn):
+                    fn_ref = worker.registered.get(fn)
+                    if fn_ref is None:
+                        fn_ref = (next(self.fn_ids), fn)
+                try:
+                    data = dumps((item.kind, task_id, fn_ref, *item.payload), PROTOCOL)
+                except BaseException as exc:
+                    _fail_like_the_feeder(item.future, exc)
+                    continue
+                if type(fn_ref) is tuple:
+                    worker.registered[fn] = fn_ref[0]
+                worker.in_flight[task_id] = item
+                worker.started_tasks += 1
+                self.send(worker, data)
+
+    def pick(self, depth):
+        best = None
+        for worker in self.workers:
+            if worker.outbox or len(worker.in_flight) >= depth:
+                continue
+            if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
+                continue
+            if best is None or len(worker.in_flight) < len(best.in_flight):
+                best = worker
+        return best
+
+    def send(self, worker, data):
+        ring = worker.ring
+        if not worker.outbox and len(data) <= ring.max_message and ring.try_push(data):
+            return
+        if len(data) <= ring.max_message:
+            worker.outbox.append(data)
+        else:
+            worker.outbox.extend(frames(data, worker.index, ring.max_message))
+        self.flush(worker)
+
+    def flush(self, worker):
+        outbox, ring = worker.outbox, worker.ring
+        while outbox and ring.try_push(outbox[0]):
+            outbox.popleft()
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    def wait_for(self, future, timeout):
+        """Drain results in this thread until future is done or timeout passes."""
+        deadline = None if timeout is None else _monotonic() + timeout
+        with self.idle:
+            self.user_drainers += 1
+        try:
+            while not future.done():
+                remaining = None if deadline is None else deadline - _monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                if not self.recv_lock.acquire(timeout=_SLICE):
+                    continue
+                try:
+                    self.drain_until(future, remaining)
+                finally:
+                    self.recv_lock.release()
+                if self.broken is not None or not self.started:
+                    return
+        finally:
+            with self.idle:
+                self.user_drainers -= 1
+                self.idle.notify_all()
+
+    def drain_until(self, future, remaining):
+        deadline = None if remaining is None else _monotonic() + remaining
+        pop = self.results.pop
+        while not future.done() and self.broken is None:
+            wait = _SLICE if deadline is None else min(_SLICE, deadline - _monotonic())
+            if wait <= 0:
+                return
+            if self.sending():
+                # Frames of a large task wait for room in a worker's ring,
+                # which frees as the worker reads: keep feeding it.
+                self.dispatch()
+                wait = min(wait, _FEED)
+            try:
+                frame = pop(wait)
+            except TimeoutError:
+                self.check_workers()
+                continue
+            self.handle(frame)
+            self.drain_ready()
+
+    def drain_ready(self):
+        try_pop = self.results.try_pop
+        frame = try_pop()
+        while frame is not None:
+            self.handle(frame)
+            frame = try_pop()
+        self.dispatch()
+
+    def handle(self, frame):
+        message = self.reassembler.feed(frame)
+        if message is None:
+            return
+        try:
+            index, task_id, status, value, seconds = loads(message)
+        except BaseException as exc:
+            self.terminate_broken(f"A result could not be unpickled: {exc!r}")
+            return
+        worker = self.workers[index]
+        if status == RETIRING:
+            self.replace(worker)
+            return
+        item = worker.in_flight.pop(task_id, None)
+        self.task_seconds = seconds if self.task_seconds is None else 0.8 * self.task_seconds + 0.2 * seconds
+        if item is None:
+            return
+        future = item.future
+        if status == OK:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def replace(self, worker):
+        worker.process.join()
+        self.reassembler.forget(worker.index)
+        with self.state_lock:
+            if self.broken is None and not (self.shutting_down and self.outstanding() is None):
+                self.spawn(worker)
+
+    def watch(self):
+        """Someone waits on a future without draining (a callback, wait(), as_completed())."""
+        if not self.watched:
+            self.watched = True
+            self.kicked.set()
+
+    def drain_forever(self):
+        """The mizu-drain thread: drains when no caller does, watches the workers, finishes shutdown.
+
+        It sleeps on the result ring only while a future is watched by a
+        callback, wait() or as_completed(); otherwise a caller that wants a
+        result drains the ring itself, and this thread wakes every few
+        milliseconds to keep outstanding work moving and to check the workers.
+        Sleeping on the ring all the time would make every worker's push a
+        wake-up system call.
+        """
+        ring = _core.MpmcRing.attach(self.segment, self.results.offset)
+        ring.spin_ns = 0
+        while self.broken is None:
+            with self.idle:
+                while self.user_drainers:
+                    self.idle.wait()
+            if self.outstanding() is None:
+                self.watched = False
+                if self.shutting_down:
+                    break
+            if self.watched:
+                try:
+                    ring.wait_readable(_SLICE)
+                except EOFError:
+                    break
+            elif self.kicked.wait(_SLICE if self.outstanding() is None else _FEED if self.sending() else _POLL):
+                self.kicked.clear()
+            if self.recv_lock.acquire(blocking=False):
+                try:
+                    self.drain_ready()
+                    self.check_workers()
+                finally:
+                    self.recv_lock.release()
+        if self.broken is None:
+            self.close_workers()
+        self.results.close()
+        _live_pools.discard(self)
+
+    # -- failure --------------------------------------------------------------------------------
+
+    def check_workers(self):
+        """Break the pool if a worker died without retiring. Called with recv_lock held."""
+        for worker in self.workers:
+            if worker.watch is None or worker.watch.alive():
+                continue
+            # Its last results, and a retirement notice, may still be in the ring.
+            self.drain_ready()
+            if worker.watch.alive() or self.broken is not None:
+                continue
+            proc = worker.process
+            proc.join()
+            self.terminate_broken(f"Process {proc.pid} terminated abruptly with exit code {proc.exitcode}")
+            return
+
+    def terminate_broken(self, cause):
+        with self.state_lock:
+            if self.broken is not None:
+                return
+            self.broken = _BROKEN
+        items = list(self.pending)
+        self.pending.clear()
+        for worker in self.workers:
+            items.extend(worker.in_flight.values())
+            worker.in_flight.clear()
+            worker.outbox.clear()
+        for item in items:
+            error = BrokenProcessPool(_BROKEN_FUTURE)
+            error.__cause__ = _RemoteTraceback(cause)
+            try:
+                item.future.set_exception(error)
+            except _base.InvalidStateError:
+                pass
+        self.close_workers(kill="terminate")
+        self.results.close()
+
+    # -- shutdown -----------------------------------------------------------------------------------
+
+    def shutdown(self, wait, cancel_futures):
+        with self.state_lock:
+            self.shutting_down = True
+            if cancel_futures:
+                while self.pending:
+                    self.pending.popleft().future.cancel()
+        if not self.started:
+            return
+        if wait:
+            future = self.outstanding()
+            while future is not None and self.broken is None:
+                self.wait_for(future, None)
+                future = self.outstanding()
+        with self.idle:
+            self.idle.notify_all()
+        self.kicked.set()
+        if wait:
+            self.thread.join()
+
+    def force_shutdown(self, operation):
+        self.shutdown(False, True)
+        for worker in self.workers:
+            proc = worker.process
+            if proc is not None and proc.exitcode is None:
+                try:
+                    getattr(proc, operation)()
+                except (ValueError, ProcessLookupError):
+                    pass
+
+
+def _fail_like_the_feeder(future, exc):
+    """What the stdlib's queue feeder does with a task that fails to pickle: the error goes on its future."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    exc.__cause__ = _RemoteTraceback('\n"""\n{}"""'.format("".join(tb)))
+    future.set_exception(exc)
+
+
+_live_pools = set()
+_interpreter_exiting = False
+
+
+def _chunks(arguments, size):
+    while chunk := list(itertools.islice(arguments, size)):
+        yield chunk
+
+
+def _default_workers():
+    count = os.process_cpu_count() if hasattr(os, "process_cpu_count") else os.cpu_count()
+    return count or 1
+
+
+class ProcessPoolExecutor(_base.Executor):
+    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None)
+
+    An Executor that runs calls in worker processes, through shared memory.
+
+    A drop-in replacement for `concurrent.futures.ProcessPoolExecutor`: the
+    same arguments, methods, futures and exceptions. Tasks and results cross
+    between processes through lock-free rings in one shared segment instead
+    of pipes, and a caller waiting on a result collects it itself.
+
+    Parameters
+    ----------
+    max_workers : int, optional
+        Number of worker processes; by default the number of CPUs this
+        process may use.
+    mp_context : multiprocessing context, optional
+        Starts the workers; by default the running Python's default context
+        (``spawn`` if `max_tasks_per_child` is given).
+    initializer : callable, optional
+        Called in each worker, with `initargs`, before its first task. If it
+        raises, the pool breaks as the stdlib's does.
+    initargs : tuple
+        Arguments for `initializer`.
+    max_tasks_per_child : int, optional
+        Tasks a worker runs before it exits and is replaced.
+
+    Raises
+    ------
+    ValueError
+        `max_workers` or `max_tasks_per_child` is not positive, or
+        `max_tasks_per_child` is combined with a ``fork`` context.
+    TypeError
+        `initializer` is not callable, or `max_tasks_per_child` is not an int.
+
+    See Also
+    --------
+    concurrent.futures.ProcessPoolExecutor
+    """
+
+    def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
+                 max_tasks_per_child=None):
+        if max_workers is None:
+            max_workers = _default_workers()
+        elif max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if max_tasks_per_child is not None:
+            if not isinstance(max_tasks_per_child, int):
+                raise TypeError("max_tasks_per_child must be an integer")
+            if max_tasks_per_child <= 0:
+                raise ValueError("max_tasks_per_child must be >= 1")
+            if mp_context is None:
+                mp_context = multiprocessing.get_context("spawn")
+            elif mp_context.get_start_method(allow_none=False) == "fork":
+                raise ValueError("max_tasks_per_child is incompatible with the 'fork' multiprocessing start "
+                                 "method; supply a different mp_context.")
+        if mp_context is None:
+            mp_context = multiprocessing.get_context()
+        self._max_workers = max_workers
+        self._mp_context = mp_context
+        self._pool = _Pool(max_workers, mp_context, initializer, initargs, max_tasks_per_child)
+        # Collecting the executor shuts the pool down; work already submitted still completes.
+        weakref.finalize(self, _Pool.shutdown, self._pool, False, False)
+
+    def submit(self, fn, /, *args, **kwargs):
+        """submit(fn, /, *args, **kwargs)
+
+        Schedule ``fn(*args, **kwargs)`` in a worker and return its Future.
+
+        Raises
+        ------
+        BrokenProcessPool
+            A worker died; the pool cannot be used any more.
+        RuntimeError
+            The executor was shut down.
+        """
+        return self._pool.submit(CALL, fn, (args, kwargs))
+
+    def _map(self, fn, iterables, timeout, chunksize, buffersize):
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None:
+            if not isinstance(buffersize, int):
+                raise TypeError("buffersize must be an integer or None")
+            if buffersize < 1:
+                raise ValueError("buffersize must be None or > 0")
+        end_time = None if timeout is None else timeout + _monotonic()
+        chunks = _chunks(zip(*iterables), chunksize)
+        pool = self._pool
+        futures = collections.deque(pool.submit(CHUNK, fn, (chunk,))
+                                    for chunk in (chunks if buffersize is None else itertools.islice(chunks, buffersize)))
+
+        def results():
+            try:
+                while futures:
+                    if buffersize is not None:
+                        for chunk in itertools.islice(chunks, 1):
+                            futures.append(pool.submit(CHUNK, fn, (chunk,)))
+                    future = futures.popleft()
+                    try:
+                        values = future.result(None if end_time is None else end_time - _monotonic())
+                    except TimeoutError:
+                        future.cancel()
+                        raise
+                    del future
+                    values.reverse()
+                    while values:
+                        yield values.pop()
+            finally:
+                for future in futures:
+                    future.cancel()
+
+        return results()
+
+    if sys.version_info >= (3, 14):
+        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):
+            """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None)
+
+            Like the builtin `map`, with calls made in the workers, `chunksize`
+            argument tuples to a task, at most `buffersize` tasks submitted ahead.
+            Results are yielded in order.
+
+            Raises
+            ------
+            TimeoutError
+                A result is not ready `timeout` seconds after the call to map.
+            """
+            return self._map(fn, iterables, timeout, chunksize, buffersize)
+    else:
+        def map(self, fn, *iterables, timeout=None, chunksize=1):
+            """map(fn, *iterables, timeout=None, chunksize=1)
+
+            Like the builtin `map`, with calls made in the workers, `chunksize`
+            argument tuples to a task. Results are yielded in order.
+
+            Raises
+            ------
+            TimeoutError
+                A result is not ready `timeout` seconds after the call to map.
+            """
+            return self._map(fn, iterables, timeout, chunksize, None)
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        """shutdown(wait=True, *, cancel_futures=False)
+
+        Free the pool's processes and memory once pending futures are done.
+
+        Parameters
+        ----------
+        wait : bool
+            Block until every pending future is done and the workers exited.
+        cancel_futures : bool
+            Cancel the futures that no worker has started.
+        """
+        self._pool.shutdown(wait, cancel_futures)
+
+    if sys.version_info >= (3, 14):
+        def terminate_workers(self):
+            """terminate_workers()
+
+            Shut down at once: cancel what has not started and send SIGTERM
+            to every worker. Running futures get BrokenProcessPool.
+            """
+            self._pool.force_shutdown("terminate")
+
+        def kill_workers(self):
+            """kill_workers()
+
+            As `terminate_workers`, with SIGKILL.
+            """
+            self._pool.force_shutdown("kill")
+
+
+def _python_exit():
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    for pool in list(_live_pools):
+        pool.shutdown(wait=True, cancel_futures=False)
+
+
+threading._register_atexit(_python_exit)

@@ -1,0 +1,228 @@
+"""The Executor, run side by side with concurrent.futures.ProcessPoolExecutor as the oracle.
+
+Every test takes `executor_type` and runs once for mizu and once for the
+stdlib class: mizu passes where the stdlib passes, with the same results and
+exceptions.
+"""
+
+import asyncio
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+import traceback
+from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
+
+import pytest
+
+import children
+import mizu
+
+
+@pytest.fixture(params=["mizu", "stdlib"])
+def executor_type(request):
+    return mizu.ProcessPoolExecutor if request.param == "mizu" else cf.ProcessPoolExecutor
+
+
+@pytest.fixture
+def pool(executor_type, start_method):
+    with executor_type(2, mp_context=multiprocessing.get_context(start_method)) as ex:
+        yield ex
+
+
+def test_mizu_is_a_concurrent_futures_executor():
+    assert issubclass(mizu.ProcessPoolExecutor, cf.Executor)
+    assert mizu.Executor is mizu.ProcessPoolExecutor
+
+
+def test_submit_returns_a_future_with_the_result(pool):
+    future = pool.submit(children.add, 1, 2, c=4)
+    assert isinstance(future, cf.Future)
+    assert future.result(timeout=60) == 7
+    assert future.done() and not future.running() and not future.cancelled()
+    assert future.exception() is None
+
+
+def test_exception_carries_the_remote_traceback(pool):
+    future = pool.submit(children.raise_runtime, 123)
+    with pytest.raises(RuntimeError) as info:
+        future.result(timeout=60)
+    assert info.value.args == (123,)
+    assert type(info.value.__cause__) is _RemoteTraceback
+    assert "raise RuntimeError(arg)" in info.value.__cause__.tb
+    assert isinstance(future.exception(), RuntimeError)
+    text = "".join(traceback.format_exception(info.value))
+    assert "raise RuntimeError(arg)" in text
+
+
+def test_system_exit_in_a_task_goes_to_its_future(pool):
+    with pytest.raises(SystemExit):
+        pool.submit(children.exit_with, 5).result(timeout=60)
+    assert pool.submit(children.double, 4).result(timeout=60) == 8
+
+
+def test_map_keeps_order_across_chunk_sizes(pool):
+    for chunksize in (1, 3, 100):
+        assert list(pool.map(children.double, range(50), chunksize=chunksize)) == [2 * i for i in range(50)]
+    assert list(pool.map(children.add, [1, 2, 3], [10, 20, 30])) == [11, 22, 33]
+    assert list(pool.map(children.double, [])) == []
+
+
+def test_map_raises_at_the_failing_element(pool):
+    results = pool.map(children.raise_runtime, [1])
+    with pytest.raises(RuntimeError):
+        next(results)
+
+
+def test_map_times_out(executor_type):
+    with executor_type(1) as ex:
+        results = ex.map(children.nap, [5, 5], timeout=0.2)
+        with pytest.raises(TimeoutError):
+            list(results)
+
+
+def test_map_rejects_bad_chunksize(pool):
+    with pytest.raises(ValueError, match="chunksize must be >= 1."):
+        pool.map(children.double, range(3), chunksize=0)
+
+
+def test_large_arguments_and_results_round_trip(pool):
+    blob = os.urandom(3 << 20)
+    assert pool.submit(children.echo_value, blob).result(timeout=120) == blob
+    many = [os.urandom(5000) for _ in range(40)]
+    assert list(pool.map(children.echo_value, many)) == many
+
+
+def test_unpicklable_argument_fails_its_future_only(pool):
+    future = pool.submit(children.echo_value, children.NotPicklable())
+    with pytest.raises(TypeError, match="refuses to be pickled"):
+        future.result(timeout=60)
+    assert pool.submit(children.double, 21).result(timeout=60) == 42
+
+
+def test_unpicklable_result_fails_its_future_only(pool):
+    with pytest.raises(Exception) as info:
+        pool.submit(children.unpicklable_result).result(timeout=60)
+    assert "pickle" in str(info.value).lower() or "Can't" in str(info.value)
+    assert pool.submit(children.double, 21).result(timeout=60) == 42
+
+
+def test_wait_and_as_completed(pool):
+    futures = [pool.submit(children.nap, 0.01 * i) for i in range(6)]
+    done, not_done = cf.wait(futures, timeout=60)
+    assert done == set(futures) and not not_done
+    futures = [pool.submit(children.double, i) for i in range(10)]
+    assert sorted(f.result() for f in cf.as_completed(futures, timeout=60)) == [2 * i for i in range(10)]
+
+
+def test_callbacks_run_without_anyone_calling_result(pool):
+    seen = []
+    done = __import__("threading").Event()
+    future = pool.submit(children.double, 5)
+    future.add_done_callback(lambda f: (seen.append(f.result()), done.set()))
+    assert done.wait(60)
+    assert seen == [10]
+
+
+def test_asyncio_run_in_executor(pool):
+    async def main():
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(*(loop.run_in_executor(pool, children.double, i) for i in range(5)))
+
+    assert asyncio.run(main()) == [0, 2, 4, 6, 8]
+
+
+def test_submit_after_shutdown_is_refused(executor_type):
+    ex = executor_type(1)
+    assert ex.submit(children.double, 1).result(timeout=60) == 2
+    ex.shutdown()
+    ex.shutdown()
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        ex.submit(children.double, 1)
+
+
+def test_shutdown_without_wait_still_finishes_the_work(executor_type):
+    ex = executor_type(2)
+    futures = [ex.submit(children.nap, 0.05) for _ in range(6)]
+    ex.shutdown(wait=False)
+    assert [f.result(timeout=60) for f in futures] == [0.05] * 6
+
+
+def test_shutdown_can_cancel_what_has_not_started(executor_type):
+    ex = executor_type(1)
+    futures = [ex.submit(children.nap, 0.2) for _ in range(10)]
+    ex.shutdown(wait=True, cancel_futures=True)
+    cancelled = [f for f in futures if f.cancelled()]
+    finished = [f for f in futures if not f.cancelled()]
+    assert len(cancelled) >= 5 and finished
+    assert all(f.result() == 0.2 for f in finished)
+
+
+def test_constructor_validation(executor_type):
+    with pytest.raises(ValueError, match="max_workers must be greater than 0"):
+        executor_type(0)
+    with pytest.raises(ValueError, match="max_workers must be greater than 0"):
+        executor_type(-1)
+    with pytest.raises(TypeError, match="initializer must be a callable"):
+        executor_type(1, initializer=5)
+    if sys.version_info >= (3, 11):
+        with pytest.raises(TypeError):
+            executor_type(1, max_tasks_per_child="3")
+        with pytest.raises(ValueError, match="max_tasks_per_child must be >= 1"):
+            executor_type(1, max_tasks_per_child=0)
+        with pytest.raises(ValueError, match="incompatible with the 'fork'"):
+            executor_type(1, mp_context=multiprocessing.get_context("fork"), max_tasks_per_child=2)
+
+
+def test_initializer_runs_in_every_worker(executor_type, start_method):
+    with executor_type(2, mp_context=multiprocessing.get_context(start_method), initializer=children.remember,
+                       initargs=("ready",)) as ex:
+        assert ex.submit(children.initialized).result(timeout=60) == ["ready"]
+
+
+def test_failing_initializer_breaks_the_pool(executor_type):
+    ex = executor_type(2, initializer=children.fail_to_initialize)
+    with pytest.raises(BrokenProcessPool):
+        ex.submit(children.double, 1).result(timeout=60)
+    with pytest.raises(BrokenProcessPool):
+        ex.submit(children.double, 1)
+    ex.shutdown()
+
+
+def test_worker_death_breaks_the_pool(executor_type, start_method):
+    ex = executor_type(2, mp_context=multiprocessing.get_context(start_method))
+    fatal = ex.submit(children.die, 3)
+    slow = [ex.submit(children.nap, 2) for _ in range(3)]
+    with pytest.raises(BrokenProcessPool):
+        fatal.result(timeout=60)
+    for future in slow:
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=60)
+    with pytest.raises(BrokenProcessPool):
+        ex.submit(children.double, 1)
+    ex.shutdown()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="max_tasks_per_child is new in 3.11")
+def test_max_tasks_per_child_replaces_workers(executor_type):
+    with executor_type(1, max_tasks_per_child=2) as ex:
+        pids = [ex.submit(os.getpid).result(timeout=60) for _ in range(6)]
+    assert len(set(pids)) == 3
+    assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]
+
+
+def test_many_threads_submit_at_once(executor_type):
+    import threading
+
+    with executor_type(2) as ex:
+        results = {}
+
+        def run(t):
+            results[t] = [ex.submit(children.add, t, i).result(timeout=60) for i in range(200)]
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == {t: [t + i for i in range(200)] for t in range(6)}
