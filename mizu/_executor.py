@@ -37,7 +37,8 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 from time import monotonic as _monotonic
 
 from mizu import _core
-from mizu._protocol import CALL, CHUNK, OK, PROTOCOL, RETIRING, Reassembler, dumps, frames, loads
+from mizu._future import LazyFuture
+from mizu._protocol import BATCH, CALL, OK, PICKLE, PROTOCOL, RETIRING, Reassembler, dumps, frames, loads
 from mizu._worker import main as _worker_main
 
 _SLICE = 0.02
@@ -46,6 +47,8 @@ _FEED = 0.0002
 _TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16
 _MAX_DEPTH = 48
 _SHORT_TASK = 200e-6
+_BATCH_SECONDS = 500e-6
+_MAX_BATCH = 1024
 
 _BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while the future was running or "
@@ -53,34 +56,23 @@ _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while t
 
 
 class _WorkItem:
-    __slots__ = ("future", "kind", "fn", "payload")
+    __slots__ = ("future", "kind", "fn", "payload", "calls")
 
-    def __init__(self, future, kind, fn, payload):
-        self.future, self.kind, self.fn, self.payload = future, kind, fn, payload
-
-
-class _Watchers(list):
-    """A future's waiter list that tells the pool when wait() or as_completed() start watching."""
-
-    __slots__ = ("pool",)
-
-    def append(self, waiter):
-        super().append(waiter)
-        self.pool.watch()
+    def __init__(self, future, kind, fn, payload, calls):
+        self.future, self.kind, self.fn, self.payload, self.calls = future, kind, fn, payload, calls
 
 
-class _Future(_base.Future):
+class _Future(LazyFuture):
     """A concurrent.futures.Future whose waiting caller drains results itself."""
 
-    def add_done_callback(self, fn):
-        super().add_done_callback(fn)
-        if not self.done():
-            pool = self._pool()
-            if pool is not None:
-                pool.watch()
+    def _watched(self):
+        # A callback, wait() or as_completed() now depends on the drain thread.
+        pool = self._pool()
+        if pool is not None:
+            pool.watch()
 
     def _drain_for(self, timeout):
-        if self._state not in (_base.FINISHED, _base.CANCELLED, _base.CANCELLED_AND_NOTIFIED):
+        if not self.done():
             pool = self._pool()
             if pool is not None:
                 pool.wait_for(self, timeout)
@@ -135,16 +127,18 @@ class _Pool:
         self.send_lock = threading.Lock()
         self.recv_lock = threading.Lock()
         self.state_lock = threading.RLock()
-        self.idle = threading.Condition(threading.Lock())
-        self.user_drainers = 0
+        self.drainers = []            # one entry per caller draining in wait_for (append/pop are atomic)
         self.watched = False
         self.kicked = threading.Event()
         self.reassembler = Reassembler()
-        self.task_seconds = None
+        self.task_seconds = _SHORT_TASK
+        self.depth = 2
+        self.feeding = set()          # workers whose outbox holds frames
         self.broken = None
         self.shutting_down = False
         self.started = False
         self.thread = None
+        self.ref = weakref.ref(self)
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -168,7 +162,7 @@ class _Pool:
         worker.started_tasks = 0
 
     def sending(self):
-        return any(worker.outbox for worker in self.workers)
+        return bool(self.feeding)
 
     def outstanding(self):
         """A future that is not done yet, or None."""
@@ -196,12 +190,10 @@ class _Pool:
 
     # -- submitting ---------------------------------------------------------------------------
 
-    def submit(self, kind, fn, payload):
+    def submit(self, kind, fn, payload, calls=1):
         future = _Future()
-        future._pool = weakref.ref(self)
-        future._waiters = _Watchers()
-        future._waiters.pool = self
-        item = _WorkItem(future, kind, fn, payload)
+        future._pool = self.ref
+        item = _WorkItem(future, kind, fn, payload, calls)
         with self.state_lock:
             if self.broken is not None:
                 raise BrokenProcessPool(self.broken)
@@ -220,17 +212,23 @@ class _Pool:
                 self.recv_lock.release()
         return future
 
-    def depth(self):
-        """Tasks in flight per worker: deep for short tasks, shallow for long ones."""
-        seconds = self.task_seconds
-        if seconds is None or seconds >= _SHORT_TASK:
-            return 2
-        return min(_MAX_DEPTH, max(2, int(_SHORT_TASK / max(seconds, 1e-7))))
+    def batch_size(self, units, chunksize, workers):
+        """Units per batch: enough batches to keep every worker busy to the end, each worth ~_BATCH_SECONDS."""
+        by_time = max(1, int(_BATCH_SECONDS / (self.task_seconds * chunksize)))
+        by_balance = max(1, units // (workers * 8))
+        return min(by_time, by_balance, _MAX_BATCH)
+
+    def learn(self, seconds):
+        """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""
+        self.task_seconds = seconds = 0.8 * self.task_seconds + 0.2 * seconds
+        self.depth = 2 if seconds >= _SHORT_TASK else min(_MAX_DEPTH, max(2, int(_SHORT_TASK / max(seconds, 1e-7))))
 
     def dispatch(self):
+        if not self.pending and not self.feeding:
+            return
         with self.send_lock:
-            depth = self.depth()
-            for worker in self.workers:
+            depth = self.depth
+            for worker in list(self.feeding):
                 self.flush(worker)
             while self.pending:
                 worker = self.pick(depth)
@@ -275,20 +273,22 @@ class _Pool:
             worker.outbox.append(data)
         else:
             worker.outbox.extend(frames(data, worker.index, ring.max_message))
+        self.feeding.add(worker)
         self.flush(worker)
 
     def flush(self, worker):
         outbox, ring = worker.outbox, worker.ring
         while outbox and ring.try_push(outbox[0]):
             outbox.popleft()
+        if not outbox:
+            self.feeding.discard(worker)
 
     # -- receiving -----------------------------------------------------------------------------
 
     def wait_for(self, future, timeout):
         """Drain results in this thread until future is done or timeout passes."""
         deadline = None if timeout is None else _monotonic() + timeout
-        with self.idle:
-            self.user_drainers += 1
+        self.drainers.append(None)
         try:
             while not future.done():
                 remaining = None if deadline is None else deadline - _monotonic()
@@ -303,9 +303,7 @@ class _Pool:
                 if self.broken is not None or not self.started:
                     return
         finally:
-            with self.idle:
-                self.user_drainers -= 1
-                self.idle.notify_all()
+            self.drainers.pop()
 
     def drain_until(self, future, remaining):
         deadline = None if remaining is None else _monotonic() + remaining
@@ -336,7 +334,7 @@ class _Pool:
         self.dispatch()
 
     def handle(self, frame):
-        message = self.reassembler.feed(frame)
+        message = frame if frame[0] == PICKLE else self.reassembler.feed(frame)
         if message is None:
             return
         try:
@@ -349,9 +347,9 @@ class _Pool:
             self.replace(worker)
             return
         item = worker.in_flight.pop(task_id, None)
-        self.task_seconds = seconds if self.task_seconds is None else 0.8 * self.task_seconds + 0.2 * seconds
         if item is None:
             return
+        self.learn(seconds / item.calls)
         future = item.future
         if status == OK:
             future.set_result(value)
@@ -384,9 +382,9 @@ class _Pool:
         ring = _core.MpmcRing.attach(self.segment, self.results.offset)
         ring.spin_ns = 0
         while self.broken is None:
-            with self.idle:
-                while self.user_drainers:
-                    self.idle.wait()
+            if self.drainers:
+                self.kicked.wait(_POLL)
+                continue
             if self.outstanding() is None:
                 self.watched = False
                 if self.shutting_down:
@@ -461,8 +459,6 @@ class _Pool:
             while future is not None and self.broken is None:
                 self.wait_for(future, None)
                 future = self.outstanding()
-        with self.idle:
-            self.idle.notify_all()
         self.kicked.set()
         if wait:
             self.thread.join()
@@ -587,27 +583,42 @@ class ProcessPoolExecutor(_base.Executor):
             if buffersize < 1:
                 raise ValueError("buffersize must be None or > 0")
         end_time = None if timeout is None else timeout + _monotonic()
-        chunks = _chunks(zip(*iterables), chunksize)
         pool = self._pool
-        futures = collections.deque(pool.submit(CHUNK, fn, (chunk,))
-                                    for chunk in (chunks if buffersize is None else itertools.islice(chunks, buffersize)))
+        # Units are the stdlib's chunks: an exception stands for its whole
+        # unit. Several units travel as one batch, with no Future per unit.
+        units = _chunks(zip(*iterables), chunksize)
+        if buffersize is None:
+            units = list(units)
+            per_batch = pool.batch_size(len(units), chunksize, self._max_workers)
+        else:
+            per_batch = 1
+        batches = _chunks(iter(units), per_batch)
+        submit = pool.submit
+        futures = collections.deque(
+            submit(BATCH, fn, (batch,), sum(map(len, batch)))
+            for batch in (batches if buffersize is None else itertools.islice(batches, buffersize)))
 
         def results():
             try:
                 while futures:
                     if buffersize is not None:
-                        for chunk in itertools.islice(chunks, 1):
-                            futures.append(pool.submit(CHUNK, fn, (chunk,)))
+                        for batch in itertools.islice(batches, 1):
+                            futures.append(submit(BATCH, fn, (batch,), len(batch[0])))
                     future = futures.popleft()
                     try:
-                        values = future.result(None if end_time is None else end_time - _monotonic())
+                        outcomes = future.result(None if end_time is None else end_time - _monotonic())
                     except TimeoutError:
                         future.cancel()
                         raise
                     del future
-                    values.reverse()
-                    while values:
-                        yield values.pop()
+                    outcomes.reverse()
+                    while outcomes:
+                        status, values = outcomes.pop()
+                        if status != OK:
+                            raise values
+                        values.reverse()
+                        while values:
+                            yield values.pop()
             finally:
                 for future in futures:
                     future.cancel()

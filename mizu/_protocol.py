@@ -4,7 +4,9 @@ Every message is one pickle (protocol 5) of a tuple:
 
 client -> worker, on the worker's own SpscRing:
     (CALL, task_id, fn_ref, args, kwargs)    run fn(*args, **kwargs)
-    (CHUNK, task_id, fn_ref, arg_tuples)     run [fn(*a) for a in arg_tuples] (map)
+    (BATCH, task_id, fn_ref, units)          run map's units, each a list of argument
+                                             tuples; the value is one (OK, [results])
+                                             or (RAISED, exception) per unit
     fn_ref is an int naming a callable the worker has seen, (int, callable)
     to register one, or the callable itself when it cannot be registered.
 
@@ -22,10 +24,10 @@ The sender lets the client reassemble frames from workers writing at once.
 import pickle
 import struct
 
-CALL, CHUNK = 0, 1
+CALL, BATCH = 0, 1
 OK, RAISED, RETIRING = 0, 1, 2
 
-FIRST, CONTINUED = 0x01, 0x02
+FIRST, CONTINUED, PICKLE = 0x01, 0x02, 0x80
 _FIRST = struct.Struct("<BHQ")
 _CONTINUED = struct.Struct("<BH")
 

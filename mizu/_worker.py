@@ -8,7 +8,7 @@ import time
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, OK, PROTOCOL, RAISED, RETIRING, Reassembler, dumps, frames, loads
+from mizu._protocol import CALL, OK, PICKLE, PROTOCOL, RAISED, RETIRING, Reassembler, dumps, frames, loads
 
 
 def _exit_with(client):
@@ -24,13 +24,20 @@ def _send(ring, data, index):
             ring.push(frame)
 
 
-def _pickled_result(index, task_id, status, value, seconds):
-    try:
-        return dumps((index, task_id, status, value, seconds), PROTOCOL)
-    except BaseException as exc:
-        # As the stdlib does: a result that cannot be pickled is replaced by
-        # the error that pickling it raised.
-        return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), seconds), PROTOCOL)
+def _pickling_failed(index, task_id, exc):
+    # As the stdlib does: a result that cannot be pickled is replaced by the
+    # error that pickling it raised.
+    return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0), PROTOCOL)
+
+
+def _run_units(fn, units):
+    outcomes = []
+    for unit in units:
+        try:
+            outcomes.append((OK, [fn(*args) for args in unit]))
+        except BaseException as exc:
+            outcomes.append((RAISED, _ExceptionWithTraceback(exc, exc.__traceback__)))
+    return outcomes
 
 
 def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
@@ -49,13 +56,16 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
     partial = Reassembler()
     done = 0
     clock = time.perf_counter
+    pop, push, limit = tasks.pop, results.push, results.max_message
     while True:
         try:
-            message = partial.feed(tasks.pop(peer=client))
+            message = pop(peer=client)
         except (EOFError, _core.PeerDiedError):
             return
-        if message is None:
-            continue
+        if message[0] != PICKLE:
+            message = partial.feed(message)
+            if message is None:
+                continue
         kind, task_id, fn_ref, *payload = loads(message)
         if type(fn_ref) is int:
             fn = registry[fn_ref]
@@ -65,17 +75,20 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
             fn = fn_ref
         start = clock()
         try:
-            if kind == CALL:
-                value = fn(*payload[0], **payload[1])
-            else:
-                value = [fn(*args) for args in payload[0]]
+            value = fn(*payload[0], **payload[1]) if kind == CALL else _run_units(fn, payload[0])
             status = OK
         except BaseException as exc:
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
             status = RAISED
-        data = _pickled_result(index, task_id, status, value, clock() - start)
+        try:
+            data = dumps((index, task_id, status, value, clock() - start), PROTOCOL)
+        except BaseException as exc:
+            data = _pickling_failed(index, task_id, exc)
         del value
-        _send(results, data, index)
+        if len(data) <= limit:
+            push(data)
+        else:
+            _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:
             _send(results, dumps((index, 0, RETIRING, None, 0.0), PROTOCOL), index)

@@ -1,6 +1,7 @@
 import multiprocessing
 import os
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,8 +46,9 @@ def leaves_nothing_behind(request):
     """
     before = _shm_entries()
     yield
-    for child in multiprocessing.active_children():
-        child.join(10)
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not multiprocessing.active_children(), "a test left child processes running"
     params = getattr(request.node, "callspec", None)
     if params is None or params.params.get("executor_type") != "stdlib":
