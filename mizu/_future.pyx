@@ -92,21 +92,26 @@ cpdef bint set_running(future) except -1:
     return _set_running(future)
 
 
+cdef inline bint _unobserved(future) except -1:
+    # No Condition means no thread waits and no waiter list is attached; no
+    # callbacks means nothing else must run on completion.
+    state = future._state
+    return future._lazy_condition is None and not future._done_callbacks and (state is RUNNING or state is PENDING)
+
+
 cpdef set_result(future, result):
     """Future.set_result, without the Condition when nobody waits or called back."""
-    if future._lazy_condition is None and not future._done_callbacks and (
-            future._state is RUNNING or future._state is PENDING):
+    if _unobserved(future):
         future._result = result
         future._state = FINISHED
-        return
-    _set_result(future, result)
+    else:
+        _set_result(future, result)
 
 
 cpdef set_exception(future, exception):
     """Future.set_exception, without the Condition when nobody waits or called back."""
-    if future._lazy_condition is None and not future._done_callbacks and (
-            future._state is RUNNING or future._state is PENDING):
+    if _unobserved(future):
         future._exception = exception
         future._state = FINISHED
-        return
-    _set_exception(future, exception)
+    else:
+        _set_exception(future, exception)
