@@ -72,18 +72,21 @@ class _Future(LazyFuture):
             pool.watch()
 
     def _drain_for(self, timeout):
-        if not self.done():
-            pool = self._pool()
-            if pool is not None:
-                pool.wait_for(self, timeout)
+        """Drain results until done; the part of timeout left for the stdlib's own wait."""
+        if self.done():
+            return timeout
+        pool = self._pool()
+        if pool is None:
+            return timeout
+        deadline = None if timeout is None else _monotonic() + timeout
+        pool.wait_for(self, timeout)
+        return None if deadline is None else max(0.0, deadline - _monotonic())
 
     def result(self, timeout=None):
-        self._drain_for(timeout)
-        return super().result(timeout)
+        return super().result(self._drain_for(timeout))
 
     def exception(self, timeout=None):
-        self._drain_for(timeout)
-        return super().exception(timeout)
+        return super().exception(self._drain_for(timeout))
 
 
 class _Worker:
@@ -127,6 +130,7 @@ class _Pool:
         self.send_lock = threading.Lock()
         self.recv_lock = threading.Lock()
         self.state_lock = threading.RLock()
+        self.recv_owner = None
         self.drainers = []            # one entry per caller draining in wait_for (append/pop are atomic)
         self.watched = False
         self.kicked = threading.Event()
@@ -165,13 +169,15 @@ class _Pool:
         return bool(self.feeding)
 
     def outstanding(self):
-        """A future that is not done yet, or None."""
-        for item in self.pending:
-            if not item.future.done():
-                return item.future
+        """A future that is not done yet, or None. Safe while other threads submit and drain."""
         for worker in self.workers:
-            for item in worker.in_flight.values():
+            item = next(iter(worker.in_flight.values()), None)
+            if item is not None:
                 return item.future
+        if self.pending:
+            for item in tuple(self.pending):
+                if not item.future.done():
+                    return item.future
         return None
 
     def close_workers(self, kill=None):
@@ -205,11 +211,11 @@ class _Pool:
                 self.start()
             self.pending.append(item)
         self.dispatch()
-        if self.pending and self.recv_lock.acquire(blocking=False):
+        if self.pending and self.take_recv(0):
             try:
                 self.drain_ready()
             finally:
-                self.recv_lock.release()
+                self.give_recv()
         return future
 
     def batch_size(self, units, chunksize, workers):
@@ -226,14 +232,17 @@ class _Pool:
     def dispatch(self):
         if not self.pending and not self.feeding:
             return
+        unpicklable = []
         with self.send_lock:
             depth = self.depth
             for worker in list(self.feeding):
                 self.flush(worker)
-            while self.pending:
+            # terminate_broken takes send_lock: no item is between pending
+            # and in_flight while it collects them.
+            while self.pending and self.broken is None:
                 worker = self.pick(depth)
                 if worker is None:
-                    return
+                    break
                 item = self.pending.popleft()
                 if not item.future.set_running_or_notify_cancel():
                     continue
@@ -246,13 +255,16 @@ class _Pool:
                 try:
                     data = dumps((item.kind, task_id, fn_ref, *item.payload), PROTOCOL)
                 except BaseException as exc:
-                    _fail_like_the_feeder(item.future, exc)
+                    unpicklable.append((item.future, exc))
                     continue
                 if type(fn_ref) is tuple:
                     worker.registered[fn] = fn_ref[0]
                 worker.in_flight[task_id] = item
                 worker.started_tasks += 1
                 self.send(worker, data)
+        # Completing a future runs its callbacks, which may submit: not under send_lock.
+        for future, exc in unpicklable:
+            _fail_like_the_feeder(future, exc)
 
     def pick(self, depth):
         best = None
@@ -285,21 +297,35 @@ class _Pool:
 
     # -- receiving -----------------------------------------------------------------------------
 
+    def take_recv(self, timeout):
+        """Acquire recv_lock (timeout 0: only if free), remembering the owner: callbacks run under it."""
+        if not self.recv_lock.acquire(timeout > 0, timeout if timeout > 0 else -1):
+            return False
+        self.recv_owner = threading.get_ident()
+        return True
+
+    def give_recv(self):
+        self.recv_owner = None
+        self.recv_lock.release()
+
     def wait_for(self, future, timeout):
         """Drain results in this thread until future is done or timeout passes."""
         deadline = None if timeout is None else _monotonic() + timeout
+        if self.recv_owner == threading.get_ident():
+            raise RuntimeError("a done-callback cannot wait for a future of its own pool: it runs in the "
+                               "thread that collects the results")
         self.drainers.append(None)
         try:
             while not future.done():
                 remaining = None if deadline is None else deadline - _monotonic()
                 if remaining is not None and remaining <= 0:
                     return
-                if not self.recv_lock.acquire(timeout=_SLICE):
+                if not self.take_recv(_SLICE):
                     continue
                 try:
                     self.drain_until(future, remaining)
                 finally:
-                    self.recv_lock.release()
+                    self.give_recv()
                 if self.broken is not None or not self.started:
                     return
         finally:
@@ -308,7 +334,14 @@ class _Pool:
     def drain_until(self, future, remaining):
         deadline = None if remaining is None else _monotonic() + remaining
         pop = self.results.pop
+        checked = _monotonic()
         while not future.done() and self.broken is None:
+            now = _monotonic()
+            if now - checked >= _SLICE:
+                # Results from other workers may keep coming while the one
+                # this future waits on is dead.
+                checked = now
+                self.check_workers()
             wait = _SLICE if deadline is None else min(_SLICE, deadline - _monotonic())
             if wait <= 0:
                 return
@@ -383,7 +416,8 @@ class _Pool:
         ring.spin_ns = 0
         while self.broken is None:
             if self.drainers:
-                self.kicked.wait(_POLL)
+                if self.kicked.wait(_POLL):
+                    self.kicked.clear()
                 continue
             if self.outstanding() is None:
                 self.watched = False
@@ -396,12 +430,12 @@ class _Pool:
                     break
             elif self.kicked.wait(_SLICE if self.outstanding() is None else _FEED if self.sending() else _POLL):
                 self.kicked.clear()
-            if self.recv_lock.acquire(blocking=False):
+            if self.take_recv(0):
                 try:
                     self.drain_ready()
                     self.check_workers()
                 finally:
-                    self.recv_lock.release()
+                    self.give_recv()
         if self.broken is None:
             self.close_workers()
         self.results.close()
@@ -427,13 +461,15 @@ class _Pool:
         with self.state_lock:
             if self.broken is not None:
                 return
-            self.broken = _BROKEN
-        items = list(self.pending)
-        self.pending.clear()
-        for worker in self.workers:
-            items.extend(worker.in_flight.values())
-            worker.in_flight.clear()
-            worker.outbox.clear()
+            with self.send_lock:
+                self.broken = _BROKEN
+                items = list(self.pending)
+                self.pending.clear()
+                for worker in self.workers:
+                    items.extend(worker.in_flight.values())
+                    worker.in_flight.clear()
+                    worker.outbox.clear()
+                self.feeding.clear()
         for item in items:
             error = BrokenProcessPool(_BROKEN_FUTURE)
             error.__cause__ = _RemoteTraceback(cause)
@@ -449,11 +485,18 @@ class _Pool:
     def shutdown(self, wait, cancel_futures):
         with self.state_lock:
             self.shutting_down = True
-            if cancel_futures:
-                while self.pending:
-                    self.pending.popleft().future.cancel()
+        if cancel_futures:
+            with self.send_lock:
+                dropped = list(self.pending)
+                self.pending.clear()
+            for item in dropped:
+                item.future.cancel()
         if not self.started:
             return
+        if wait and self.recv_owner == threading.get_ident():
+            self.kicked.set()
+            raise RuntimeError("shutdown(wait=True) cannot wait from a done-callback: it runs in the thread "
+                               "that collects the pool's results")
         if wait:
             future = self.outstanding()
             while future is not None and self.broken is None:

@@ -226,3 +226,27 @@ def test_many_threads_submit_at_once(executor_type):
         for t in threads:
             t.join()
     assert results == {t: [t + i for i in range(200)] for t in range(6)}
+
+
+def test_a_callback_may_submit_when_its_task_fails_to_pickle(executor_type):
+    with executor_type(1) as ex:
+        busy = [ex.submit(children.nap, 0.2) for _ in range(4)]
+        followers = []
+        doomed = ex.submit(children.echo_value, children.NotPicklable())
+        doomed.add_done_callback(lambda f: followers.append(ex.submit(children.double, 21)))
+        with pytest.raises(TypeError):
+            doomed.result(timeout=60)
+        assert [f.result(timeout=60) for f in busy] == [0.2] * 4
+        for _ in range(600):
+            if followers:
+                break
+            __import__("time").sleep(0.05)
+        assert [f.result(timeout=60) for f in followers] == [42]
+
+
+def test_shutdown_from_a_callback_does_not_hang(executor_type, caplog):
+    ex = executor_type(1)
+    future = ex.submit(children.double, 1)
+    future.add_done_callback(lambda f: ex.shutdown(wait=True))
+    assert future.result(timeout=60) == 2
+    ex.shutdown(wait=True)
