@@ -84,7 +84,9 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
             data = dumps((index, task_id, status, value, clock() - start), PROTOCOL)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
-        del value
+        # Drop the task's arguments and result now, not when the next task
+        # arrives: their finalizers may be what the client waits on.
+        del value, payload, message
         if len(data) <= limit:
             push(data)
         else:

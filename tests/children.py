@@ -155,3 +155,13 @@ def fail_to_initialize():
 class NotPicklable:
     def __reduce__(self):
         raise TypeError("NotPicklable refuses to be pickled")
+
+
+class SetsEventWhenCollected:
+    """Sets a manager Event when garbage-collected, wherever that happens."""
+
+    def __init__(self, event):
+        self.event = event
+
+    def __del__(self):
+        self.event.set()

@@ -250,3 +250,12 @@ def test_shutdown_from_a_callback_does_not_hang(executor_type, caplog):
     future.add_done_callback(lambda f: ex.shutdown(wait=True))
     assert future.result(timeout=60) == 2
     ex.shutdown(wait=True)
+
+
+def test_a_task_arguments_are_released_when_it_ends(executor_type):
+    with multiprocessing.Manager() as manager, executor_type(1) as ex:
+        event = manager.Event()
+        kept = children.SetsEventWhenCollected(event)  # alive here: only the worker's copy can set it
+        assert ex.submit(id, kept).result(timeout=60)
+        assert event.wait(timeout=30)
+        del kept
