@@ -1,7 +1,7 @@
 """mizu: parallelism across processes on one machine, through shared memory."""
 
 try:
-    from mizu import _core
+    from mizu import _core  # noqa: F401  (fails first when run from the source folder)
 except ImportError as exc:  # pragma: no cover - only when run from a source tree
     import os
 

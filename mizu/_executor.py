@@ -187,11 +187,8 @@ class _Pool:
             proc = worker.process
             if proc is None:
                 continue
-            if kill is not None and proc.exitcode is None:
-                try:
-                    getattr(proc, kill)()
-                except (ValueError, ProcessLookupError):
-                    pass
+            if kill is not None:
+                _signal(proc, kill)
             proc.join()
 
     # -- submitting ---------------------------------------------------------------------------
@@ -509,12 +506,17 @@ class _Pool:
     def force_shutdown(self, operation):
         self.shutdown(False, True)
         for worker in self.workers:
-            proc = worker.process
-            if proc is not None and proc.exitcode is None:
-                try:
-                    getattr(proc, operation)()
-                except (ValueError, ProcessLookupError):
-                    pass
+            if worker.process is not None:
+                _signal(worker.process, operation)
+
+
+def _signal(proc, operation):
+    """proc.terminate() or proc.kill() unless it has exited."""
+    if proc.exitcode is None:
+        try:
+            getattr(proc, operation)()
+        except (ValueError, ProcessLookupError):
+            pass
 
 
 def _fail_like_the_feeder(future, exc):

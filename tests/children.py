@@ -8,8 +8,6 @@ import os
 import signal
 import time
 
-from mizu import _core
-
 
 def push(ring, payload):
     ring.push(payload, timeout=60)
