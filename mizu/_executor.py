@@ -652,7 +652,7 @@ class ProcessPoolExecutor(_base.Executor):
                     future = futures.popleft()
                     try:
                         outcomes = future.result(None if end_time is None else end_time - _monotonic())
-                    except TimeoutError:
+                    except _base.TimeoutError:
                         future.cancel()
                         raise
                     del future
