@@ -5,11 +5,11 @@ Data flow (one shared segment per pool; every arrow is a ring in it):
     submit() / map()                                   worker 0..N-1
       |  future + task go to `pending`                   (mizu._worker)
       v
-    _dispatch()  -- one SpscRing per worker ------->  pop task, run it
+    dispatch()  --- one SpscRing per worker ------->  pop task, run it
       |  (client side, under `send_lock`; at most        |
       |   `depth` tasks in flight per worker)            |
       |                                                  v
-    _drain()  <------- one MpmcRing shared by all ---  push result
+    drain_*()  <------ one MpmcRing shared by all ---  push result
       |  (under `recv_lock`, by whichever thread needs a result: a caller
       |   blocked in Future.result() drains the ring itself; the
       |   `mizu-drain` thread drains when nobody else does, and runs
@@ -17,10 +17,9 @@ Data flow (one shared segment per pool; every arrow is a ring in it):
       v
     future.set_result() / set_exception()
 
-Worker death is noticed when a wait on the result ring ends a 20 ms slice
-with nothing to read: every live worker's pidfd is polled then, and a dead
-one breaks the pool as the stdlib's does (BrokenProcessPool on every pending
-future, then on submit).
+Every 20 ms slice, whoever drains polls each worker's pidfd; a worker that
+died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
+on every pending future, then on submit).
 """
 
 import collections
