@@ -63,6 +63,30 @@ def map_work(pool, n):
     return time.perf_counter() - start
 
 
+def cpu_seconds(pids):
+    """CPU time used so far by these processes (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def idle_share(make, seconds):
+    """Share of one core that a 4-worker pool uses while idle, once it has run some work."""
+    import multiprocessing
+
+    with make(4) as pool:
+        list(pool.map(trivial, range(100)))
+        time.sleep(0.2)
+        pids = [os.getpid()] + [p.pid for p in multiprocessing.active_children()]
+        before, start = cpu_seconds(pids), time.monotonic()
+        time.sleep(seconds)
+        return (cpu_seconds(pids) - before) / (time.monotonic() - start)
+
+
 def pools():
     kinds = [("mizu", lambda w: mizu.ProcessPoolExecutor(w)),
              ("ProcessPool", lambda w: cf.ProcessPoolExecutor(w)),
@@ -107,6 +131,11 @@ def main(argv=None):
         print(f"{title:<46}{cells}{ratios}")
     ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
     print(f"ideal for the last row (total work / cores): {ideal * 1e3:.3f} ms")
+    if os.path.exists("/proc/self/stat"):
+        seconds = 2 if args.quick else 10
+        for name, make in kinds[:2]:
+            print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses "
+                  f"{100 * idle_share(make, seconds):.2f}% of a core")
     return 0
 
 

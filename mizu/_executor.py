@@ -41,6 +41,7 @@ from mizu._protocol import BATCH, CALL, OK, PICKLE, PROTOCOL, RETIRING, Reassemb
 from mizu._worker import main as _worker_main
 
 _SLICE = 0.02
+_IDLE = 0.1
 _POLL = 0.002
 _FEED = 0.0002
 _TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16
@@ -424,7 +425,7 @@ class _Pool:
                     ring.wait_readable(_SLICE)
                 except EOFError:
                     break
-            elif self.kicked.wait(_SLICE if self.outstanding() is None else _FEED if self.sending() else _POLL):
+            elif self.kicked.wait(_IDLE if self.outstanding() is None else _FEED if self.sending() else _POLL):
                 self.kicked.clear()
             if self.take_recv(0):
                 try:

@@ -11,6 +11,9 @@ from mizu import _core
 from mizu._protocol import CALL, OK, PICKLE, PROTOCOL, RAISED, RETIRING, Reassembler, dumps, frames, loads
 
 
+_IDLE_SLICE_NS = 250_000_000
+
+
 def _exit_with(client):
     client.wait()
     os._exit(1)
@@ -52,6 +55,9 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
         except BaseException:
             logging.getLogger("concurrent.futures").critical("Exception in initializer:", exc_info=True)
             return
+    # The watch thread above ends the worker when the client dies, so an idle
+    # worker need not wake often; a slice still lets signal handlers run.
+    tasks.slice_ns = _IDLE_SLICE_NS
     registry = {}
     partial = Reassembler()
     done = 0
