@@ -99,19 +99,24 @@ cdef inline bint _unobserved(future) except -1:
     return future._lazy_condition is None and not future._done_callbacks and (state is RUNNING or state is PENDING)
 
 
+cdef _complete(future, bint ok, value):
+    if _unobserved(future):
+        if ok:
+            future._result = value
+        else:
+            future._exception = value
+        future._state = FINISHED
+    elif ok:
+        _set_result(future, value)
+    else:
+        _set_exception(future, value)
+
+
 cpdef set_result(future, result):
     """Future.set_result, without the Condition when nobody waits or called back."""
-    if _unobserved(future):
-        future._result = result
-        future._state = FINISHED
-    else:
-        _set_result(future, result)
+    _complete(future, True, result)
 
 
 cpdef set_exception(future, exception):
     """Future.set_exception, without the Condition when nobody waits or called back."""
-    if _unobserved(future):
-        future._exception = exception
-        future._state = FINISHED
-    else:
-        _set_exception(future, exception)
+    _complete(future, False, exception)
