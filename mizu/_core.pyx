@@ -270,11 +270,20 @@ cdef class _Ring:
     def __init__(self, Segment segment not None, capacity, max_message):
         cdef uint64_t cap = _bounded("ring capacity", capacity, 1 << 62)
         cdef uint32_t msg = _bounded("max_message", max_message, 1 << 31)
-        cdef size_t nbytes = RingBase.footprint(cap, msg)
+        cdef size_t nbytes = self.footprint(cap, msg)
         cdef CSegment* seg = segment.seg.get()
         cdef size_t offset = seg.alloc(nbytes)
         self._bind(segment, offset, AnyRing.create(self._kind(), seg.base() + offset, nbytes, cap, msg,
                                                     seg.waiter_backend()))
+
+    @staticmethod
+    def footprint(capacity, max_message):
+        """footprint(capacity, max_message)
+
+        Bytes of a segment that a ring of this shape takes.
+        """
+        return RingBase.footprint(_bounded("ring capacity", capacity, 1 << 62),
+                                  _bounded("max_message", max_message, 1 << 31))
 
     @classmethod
     def attach(cls, Segment segment not None, offset):

@@ -119,8 +119,10 @@ class _Pool:
     def __init__(self, max_workers, context, initializer, initargs, max_tasks):
         self.context = context
         self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
-        task_bytes = _TASK_SLOTS * (_SLOT_BYTES + 16) + 4096
-        self.segment = _core.Segment(_RESULT_SLOTS * (_SLOT_BYTES + 16) + max_workers * task_bytes + (1 << 16))
+        # Each allocation is rounded up to 128 bytes; a page covers the segment's header.
+        ring_bytes = (_core.MpmcRing.footprint(_RESULT_SLOTS, _SLOT_BYTES)
+                      + max_workers * _core.SpscRing.footprint(_TASK_SLOTS, _SLOT_BYTES))
+        self.segment = _core.Segment(ring_bytes + 128 * (max_workers + 1) + 4096)
         self.results = _core.MpmcRing(self.segment, _RESULT_SLOTS, _SLOT_BYTES)
         self.workers = [_Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
                         for i in range(max_workers)]
@@ -416,7 +418,8 @@ class _Pool:
                 if self.kicked.wait(_POLL):
                     self.kicked.clear()
                 continue
-            if self.outstanding() is None:
+            idle = self.outstanding() is None
+            if idle:
                 self.watched = False
                 if self.shutting_down:
                     break
@@ -425,7 +428,7 @@ class _Pool:
                     ring.wait_readable(_SLICE)
                 except EOFError:
                     break
-            elif self.kicked.wait(_IDLE if self.outstanding() is None else _FEED if self.sending() else _POLL):
+            elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() else _POLL):
                 self.kicked.clear()
             if self.take_recv(0):
                 try:

@@ -62,7 +62,7 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
     partial = Reassembler()
     done = 0
     clock = time.perf_counter
-    pop, push, limit = tasks.pop, results.push, results.max_message
+    pop = tasks.pop
     while True:
         try:
             message = pop(peer=client)
@@ -93,10 +93,7 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
         # Drop the task's arguments and result now, not when the next task
         # arrives: their finalizers may be what the client waits on.
         del value, payload, message
-        if len(data) <= limit:
-            push(data)
-        else:
-            _send(results, data, index)
+        _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:
             _send(results, dumps((index, 0, RETIRING, None, 0.0), PROTOCOL), index)
