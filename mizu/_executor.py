@@ -124,8 +124,14 @@ class _Pool:
                       + max_workers * _core.SpscRing.footprint(_TASK_SLOTS, _SLOT_BYTES))
         self.segment = _core.Segment(ring_bytes + 128 * (max_workers + 1) + 4096)
         self.results = _core.MpmcRing(self.segment, _RESULT_SLOTS, _SLOT_BYTES)
-        self.workers = [_Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
-                        for i in range(max_workers)]
+        self.slots = [_Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
+                      for i in range(max_workers)]
+        # The slots whose process has started, in slot order: fork starts them
+        # all at once; spawn and forkserver, like the stdlib, one whenever a
+        # task finds no idle worker.
+        self.workers = []
+        self.on_demand = context.get_start_method(allow_none=False) != "fork"
+        self.idle = collections.deque()   # one entry per completed task, taken by a submit instead of a start
         self.pending = collections.deque()
         self.ids = itertools.count(1)
         self.fn_ids = itertools.count(1)
@@ -149,12 +155,34 @@ class _Pool:
     # -- starting and stopping -------------------------------------------------------------
 
     def start(self):
-        for worker in self.workers:
-            self.spawn(worker)
+        # Fork before the thread exists: forking a process with threads risks the child's locks.
+        if not self.on_demand:
+            for worker in self.slots:
+                self.grow()
         self.thread = threading.Thread(target=self.drain_forever, name="mizu-drain", daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except BaseException as exc:
+            # At interpreter exit no thread can start; leave no process behind.
+            self.close_workers()
+            del self.workers[:]
+            self.broken = f"The pool's result thread could not start: {exc!r}"
+            raise
         _live_pools.add(self)
         self.started = True
+
+    def grow(self):
+        worker = self.slots[len(self.workers)]
+        self.spawn(worker)
+        self.workers.append(worker)
+
+    def adjust(self):
+        """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock."""
+        if len(self.workers) < len(self.slots):
+            try:
+                self.idle.pop()
+            except IndexError:
+                self.grow()
 
     def spawn(self, worker):
         proc = self.context.Process(
@@ -209,6 +237,8 @@ class _Pool:
             if not self.started:
                 self.start()
             self.pending.append(item)
+            if self.on_demand:
+                self.adjust()
         self.dispatch()
         if self.pending and self.take_recv(0):
             try:
@@ -382,6 +412,8 @@ class _Pool:
         if item is None:
             return
         self.learn(seconds / item.calls)
+        if self.on_demand and len(self.workers) < len(self.slots):
+            self.idle.append(None)
         future = item.future
         if status == OK:
             future.set_result(value)
@@ -714,6 +746,21 @@ class ProcessPoolExecutor(_base.Executor):
             Cancel the futures that no worker has started.
         """
         self._pool.shutdown(wait, cancel_futures)
+
+    # The stdlib's private attributes that its own tests and some user code
+    # read: the live worker processes by pid, the thread that collects
+    # results (None before the first submit) and the reason the pool broke.
+    @property
+    def _processes(self):
+        return {w.process.pid: w.process for w in self._pool.workers}
+
+    @property
+    def _executor_manager_thread(self):
+        return self._pool.thread
+
+    @property
+    def _broken(self):
+        return self._pool.broken or False
 
     if sys.version_info >= (3, 14):
         def terminate_workers(self):

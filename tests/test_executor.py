@@ -141,11 +141,32 @@ def test_submit_after_shutdown_is_refused(executor_type):
         ex.submit(children.double, 1)
 
 
-def test_shutdown_without_wait_still_finishes_the_work(executor_type):
-    ex = executor_type(2)
+def _ends(thread, processes):
+    thread.join(60)
+    for process in processes:
+        process.join(60)
+    return not thread.is_alive() and all(p.exitcode is not None for p in processes)
+
+
+def test_shutdown_without_wait_still_finishes_the_work(executor_type, start_method):
+    ex = executor_type(3, mp_context=multiprocessing.get_context(start_method))
     futures = [ex.submit(children.nap, 0.05) for _ in range(6)]
+    thread, processes = ex._executor_manager_thread, list(ex._processes.values())
     ex.shutdown(wait=False)
     assert [f.result(timeout=60) for f in futures] == [0.05] * 6
+    assert _ends(thread, processes)
+
+
+def test_collecting_the_executor_still_finishes_the_work(executor_type, start_method):
+    import gc
+
+    ex = executor_type(3, mp_context=multiprocessing.get_context(start_method))
+    results = ex.map(abs, range(-5, 5))
+    thread, processes = ex._executor_manager_thread, list(ex._processes.values())
+    del ex
+    gc.collect()
+    assert _ends(thread, processes)
+    assert list(results) == [5, 4, 3, 2, 1, 0, 1, 2, 3, 4]
 
 
 def test_shutdown_can_cancel_what_has_not_started(executor_type):
@@ -259,3 +280,31 @@ def test_a_task_arguments_are_released_when_it_ends(executor_type):
         assert ex.submit(id, kept).result(timeout=60)
         assert event.wait(timeout=30)
         del kept
+
+
+def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type, start_method):
+    with executor_type(4, mp_context=multiprocessing.get_context(start_method)) as ex:
+        for x in range(3):
+            assert ex.submit(children.double, x).result(timeout=60) == 2 * x
+        one_by_one = len(ex._processes)
+        sleepers = [ex.submit(children.nap, 0.5) for _ in range(6)]
+        assert len(ex._processes) == 4
+        assert [f.result(timeout=60) for f in sleepers] == [0.5] * 6
+    assert one_by_one == (4 if start_method == "fork" else 1)
+
+
+def test_a_pool_whose_thread_cannot_start_leaves_no_process(monkeypatch):
+    import threading
+
+    def refuse(thread):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    ex = mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't create new thread"):
+            ex.submit(children.double, 1)
+    assert not multiprocessing.active_children()
+    with pytest.raises(BrokenProcessPool, match="thread could not start"):
+        ex.submit(children.double, 1)
+    ex.shutdown()
