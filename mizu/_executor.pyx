@@ -36,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 from time import monotonic as _monotonic
 
 from mizu import _core
-from mizu._future import LazyFuture
+from mizu._future import LazyFuture, set_exception, set_result, set_running
 from mizu._protocol import BATCH, CALL, OK, PICKLE, PROTOCOL, RETIRING, Reassembler, dumps, frames, loads
 from mizu._worker import main as _worker_main
 
@@ -55,8 +55,10 @@ _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while t
                   "pending.")
 
 
-class _WorkItem:
-    __slots__ = ("future", "kind", "fn", "payload", "calls")
+cdef class _WorkItem:
+    cdef readonly object future, fn, payload
+    cdef readonly int kind
+    cdef readonly Py_ssize_t calls
 
     def __init__(self, future, kind, fn, payload, calls):
         self.future, self.kind, self.fn, self.payload, self.calls = future, kind, fn, payload, calls
@@ -89,8 +91,14 @@ class _Future(LazyFuture):
         return super().exception(self._drain_for(timeout))
 
 
-class _Worker:
+cdef class _Worker:
     """One worker slot: its process, task ring and client-side bookkeeping."""
+
+    cdef readonly Py_ssize_t index
+    cdef readonly object ring, outbox
+    cdef readonly dict in_flight, registered
+    cdef public object process, watch
+    cdef public Py_ssize_t started_tasks
 
     def __init__(self, index, ring):
         self.index = index
@@ -113,8 +121,19 @@ def _registrable(fn):
                                           and isinstance(fn.__self__, types.ModuleType))
 
 
-class _Pool:
+cdef class _Pool:
     """The state shared by the Executor, its futures and the drain thread."""
+
+    cdef readonly object context, initializer, initargs, max_tasks, segment, results
+    cdef readonly list slots, workers, drainers
+    cdef readonly bint on_demand
+    cdef readonly object idle, pending, ids, fn_ids, send_lock, recv_lock, state_lock, kicked, reassembler, ref
+    cdef readonly set feeding
+    cdef public object recv_owner, broken, thread
+    cdef public bint watched, shutting_down, started
+    cdef public double task_seconds
+    cdef public Py_ssize_t depth
+    cdef object __weakref__
 
     def __init__(self, max_workers, context, initializer, initargs, max_tasks):
         self.context = context
@@ -171,12 +190,12 @@ class _Pool:
         _live_pools.add(self)
         self.started = True
 
-    def grow(self):
+    cdef grow(self):
         worker = self.slots[len(self.workers)]
         self.spawn(worker)
         self.workers.append(worker)
 
-    def adjust(self):
+    cdef adjust(self):
         """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock."""
         if len(self.workers) < len(self.slots):
             try:
@@ -184,7 +203,7 @@ class _Pool:
             except IndexError:
                 self.grow()
 
-    def spawn(self, worker):
+    cdef spawn(self, _Worker worker):
         proc = self.context.Process(
             target=_worker_main,
             args=(worker.ring, self.results, worker.index, os.getpid(), self.initializer, self.initargs,
@@ -195,10 +214,10 @@ class _Pool:
         worker.registered.clear()
         worker.started_tasks = 0
 
-    def sending(self):
+    cdef bint sending(self):
         return bool(self.feeding)
 
-    def outstanding(self):
+    cdef outstanding(self):
         """A future that is not done yet, or None. Safe while other threads submit and drain."""
         for worker in self.workers:
             item = next(iter(worker.in_flight.values()), None)
@@ -210,7 +229,7 @@ class _Pool:
                     return item.future
         return None
 
-    def close_workers(self, kill=None):
+    cdef close_workers(self, kill=None):
         for worker in self.workers:
             worker.ring.close()
         for worker in self.workers:
@@ -253,12 +272,14 @@ class _Pool:
         by_balance = max(1, units // (workers * 8))
         return min(by_time, by_balance, _MAX_BATCH)
 
-    def learn(self, seconds):
+    cdef learn(self, double seconds):
         """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""
         self.task_seconds = seconds = 0.8 * self.task_seconds + 0.2 * seconds
         self.depth = 2 if seconds >= _SHORT_TASK else min(_MAX_DEPTH, max(2, int(_SHORT_TASK / max(seconds, 1e-7))))
 
-    def dispatch(self):
+    cdef dispatch(self):
+        cdef _Worker worker
+        cdef _WorkItem item
         if not self.pending and not self.feeding:
             return
         unpicklable = []
@@ -273,7 +294,7 @@ class _Pool:
                 if worker is None:
                     break
                 item = self.pending.popleft()
-                if not item.future.set_running_or_notify_cancel():
+                if not set_running(item.future):
                     continue
                 task_id = next(self.ids)
                 fn, fn_ref = item.fn, item.fn
@@ -295,8 +316,8 @@ class _Pool:
         for future, exc in unpicklable:
             _fail_like_the_feeder(future, exc)
 
-    def pick(self, depth):
-        best = None
+    cdef _Worker pick(self, Py_ssize_t depth):
+        cdef _Worker worker, best = None
         for worker in self.workers:
             if worker.outbox or len(worker.in_flight) >= depth:
                 continue
@@ -306,7 +327,7 @@ class _Pool:
                 best = worker
         return best
 
-    def send(self, worker, data):
+    cdef send(self, _Worker worker, data):
         ring = worker.ring
         if not worker.outbox and len(data) <= ring.max_message and ring.try_push(data):
             return
@@ -317,7 +338,7 @@ class _Pool:
         self.feeding.add(worker)
         self.flush(worker)
 
-    def flush(self, worker):
+    cdef flush(self, _Worker worker):
         outbox, ring = worker.outbox, worker.ring
         while outbox and ring.try_push(outbox[0]):
             outbox.popleft()
@@ -326,14 +347,14 @@ class _Pool:
 
     # -- receiving -----------------------------------------------------------------------------
 
-    def take_recv(self, timeout):
+    cdef bint take_recv(self, double timeout) except -1:
         """Acquire recv_lock (timeout 0: only if free), remembering the owner: callbacks run under it."""
         if not self.recv_lock.acquire(timeout > 0, timeout if timeout > 0 else -1):
             return False
         self.recv_owner = threading.get_ident()
         return True
 
-    def give_recv(self):
+    cdef give_recv(self):
         self.recv_owner = None
         self.recv_lock.release()
 
@@ -360,7 +381,7 @@ class _Pool:
         finally:
             self.drainers.pop()
 
-    def drain_until(self, future, remaining):
+    cdef drain_until(self, future, remaining):
         deadline = None if remaining is None else _monotonic() + remaining
         pop = self.results.pop
         checked = _monotonic()
@@ -387,7 +408,8 @@ class _Pool:
             self.handle(frame)
             self.drain_ready()
 
-    def drain_ready(self):
+    cdef drain_ready(self):
+        cdef bytes frame
         try_pop = self.results.try_pop
         frame = try_pop()
         while frame is not None:
@@ -395,7 +417,9 @@ class _Pool:
             frame = try_pop()
         self.dispatch()
 
-    def handle(self, frame):
+    cdef handle(self, bytes frame):
+        cdef _Worker worker
+        cdef _WorkItem item
         message = frame if frame[0] == PICKLE else self.reassembler.feed(frame)
         if message is None:
             return
@@ -414,13 +438,12 @@ class _Pool:
         self.learn(seconds / item.calls)
         if self.on_demand and len(self.workers) < len(self.slots):
             self.idle.append(None)
-        future = item.future
         if status == OK:
-            future.set_result(value)
+            set_result(item.future, value)
         else:
-            future.set_exception(value)
+            set_exception(item.future, value)
 
-    def replace(self, worker):
+    cdef replace(self, _Worker worker):
         worker.process.join()
         self.reassembler.forget(worker.index)
         with self.state_lock:
@@ -475,7 +498,7 @@ class _Pool:
 
     # -- failure --------------------------------------------------------------------------------
 
-    def check_workers(self):
+    cdef check_workers(self):
         """Break the pool if a worker died without retiring. Called with recv_lock held."""
         for worker in self.workers:
             if worker.watch is None or worker.watch.alive():
@@ -489,7 +512,7 @@ class _Pool:
             self.terminate_broken(f"Process {proc.pid} terminated abruptly with exit code {proc.exitcode}")
             return
 
-    def terminate_broken(self, cause):
+    cdef terminate_broken(self, cause):
         with self.state_lock:
             if self.broken is not None:
                 return
