@@ -340,9 +340,9 @@ Allocation Arena::alloc(std::size_t bytes) {
     uint64_t size = round_up(bytes, kBlockAlign) + kBlockAlign;
     for (auto& heap : heaps_)
         if (!heap->dedicated())
-            if (uint64_t block = heap->alloc(size)) return {heap->id(), block + kBlockAlign};
+            if (uint64_t block = heap->alloc(size)) return {heap->id(), false, block + kBlockAlign};
     Heap& heap = grow(size, bytes);
-    return {heap.id(), heap.alloc(size) + kBlockAlign};
+    return {heap.id(), heap.dedicated(), heap.alloc(size) + kBlockAlign};
 }
 
 Heap& Arena::grow(std::size_t block_size, std::size_t bytes) {

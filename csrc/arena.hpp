@@ -132,6 +132,7 @@ std::size_t default_arena_limit(const char* dir);
 
 struct Allocation {
     uint32_t segment_id;
+    bool dedicated;   // the block has its segment to itself
     uint64_t offset;  // of the data
 };
 
