@@ -400,17 +400,6 @@ void arena_remote_free(int owners, uint64_t per_owner) {
     std::vector<std::unique_ptr<Fixture>> rings;
     for (int t = 0; t < owners; ++t)
         rings.push_back(std::make_unique<Fixture>(64, sizeof(ArenaBlock), RingKind::spsc, WaitBackend::native));
-    std::vector<std::shared_ptr<Segment>> mapped;  // the releasers' own mappings, by segment id
-    std::mutex mapped_mu;
-    auto mapping = [&](uint32_t segment_id) {
-        std::lock_guard<std::mutex> lock(mapped_mu);
-        if (mapped.size() <= segment_id) mapped.resize(segment_id + 1);
-        if (!mapped[segment_id]) {
-            int fd = arena.segment(segment_id)->fd();
-            mapped[segment_id] = attach_arena_segment(fd, arena.id(), segment_id);
-        }
-        return mapped[segment_id];
-    };
     std::atomic<uint64_t> corrupt{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < owners; ++t) {
@@ -446,7 +435,10 @@ void arena_remote_free(int owners, uint64_t per_owner) {
                 ArenaBlock b;
                 std::memcpy(&b, res.data(), sizeof b);
                 ring.end_pop(res);
-                auto seg = mapping(b.segment_id);
+                // The owner's mapping, not one of its own as a process would
+                // have: ThreadSanitizer tracks synchronisation by address, so
+                // a second mapping of the same pages would hide it.
+                auto seg = arena.segment(b.segment_id);
                 char* data = block_data(*seg, b.offset, b.length);
                 if (!intact(data, b)) corrupt.fetch_add(1);
                 std::memset(data, 0xee, b.length);
