@@ -163,3 +163,86 @@ class SetsEventWhenCollected:
 
     def __del__(self):
         self.event.set()
+
+
+# -- arena peers --------------------------------------------------------------------------------
+
+
+def arena_pattern(tag, n):
+    """The bytes block `tag` of n bytes holds: another block written over it, or shifted, differs."""
+    import numpy as np
+
+    period = ((np.arange(251) * 7 + tag * 131) % 251).astype(np.uint8)
+    return np.resize(period, n)
+
+
+def arena_fill(block, tag):
+    import numpy as np
+
+    np.frombuffer(block, np.uint8)[:] = arena_pattern(tag, len(block))
+
+
+def arena_intact(block, tag):
+    import numpy as np
+
+    return bool(np.array_equal(np.frombuffer(block, np.uint8), arena_pattern(tag, len(block))))
+
+
+def arena_peer(conn, segment_size):
+    """Hold blocks of other processes and allocate from an arena of its own, on command.
+
+    No block stays in a local variable, so a dropped one is released at once.
+    """
+    from mizu import _arena
+
+    arena = _arena.Arena(segment_size=segment_size)
+    held = {}
+    while True:
+        cmd, *args = conn.recv()
+        if cmd == "open":
+            held[args[1]] = _arena.open_block(args[0])
+            conn.send(arena_intact(held[args[1]], args[1]))
+        elif cmd == "take":
+            held[args[1]] = args[0]
+            conn.send(arena_intact(held[args[1]], args[1]))
+        elif cmd == "check":
+            conn.send(arena_intact(held[args[0]], args[0]))
+        elif cmd == "drop":
+            del held[args[0]]
+            conn.send(None)
+        elif cmd == "alloc":
+            conn.send(arena_shared(arena, *args))
+        elif cmd == "stats":
+            conn.send(arena.stats())
+        elif cmd == "close":
+            arena.close()
+            conn.send(None)
+        else:
+            conn.close()
+            return
+        del args
+
+
+def arena_shared(arena, n, tag):
+    """A reference to a new block of n bytes holding its pattern; this process keeps none."""
+    block = arena.alloc(n)
+    arena_fill(block, tag)
+    return block.share()
+
+
+def arena_check_block(box, tag, report):
+    """Report whether the block passed in box holds its pattern, and its reference count; then drop it.
+
+    The block comes in a list so that it can be dropped: a Process keeps its arguments to the end.
+    """
+    block = box.pop()
+    report.send((arena_intact(block, tag), block.refs))
+
+
+def arena_alloc_in_fork(arena, report):
+    try:
+        arena.alloc(10)
+    except RuntimeError as exc:
+        report.send(str(exc))
+    else:
+        report.send(None)

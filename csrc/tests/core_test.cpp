@@ -6,11 +6,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
+#include <random>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
 #include <vector>
 
+#include "arena.hpp"
 #include "harness.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -224,8 +227,237 @@ void segments() {
     CHECK(throws<std::invalid_argument>([&] { SpscRing::attach(seg->base() + off, 4096); }));
 }
 
+
+// Arena blocks: a block's bytes follow from its id, so overlap or reuse
+// before release shows as corruption.
+struct ArenaBlock {
+    uint32_t segment_id;
+    uint64_t offset, length, id;
+};
+
+// The bytes of block `id`: word i holds id * 2**32 + i, so a block written
+// over by another, or shifted, no longer matches.
+uint64_t pattern(uint64_t id, uint64_t i) { return id << 32 | i; }
+
+char* data_of(Arena& arena, const ArenaBlock& b) { return arena.segment(b.segment_id)->base() + b.offset; }
+
+void drop(Arena& arena, uint32_t segment_id, uint64_t offset) { release_block(arena.segment(segment_id)->base(), offset); }
+
+ArenaBlock fill(Arena& arena, std::size_t length, uint64_t id) {
+    Allocation a = arena.alloc(length);
+    ArenaBlock b{a.segment_id, a.offset, length, id};
+    char* data = data_of(arena, b);
+    CHECK(reinterpret_cast<uintptr_t>(data) % kBlockAlign == 0);
+    for (uint64_t i = 0; i < length / 8; ++i) reinterpret_cast<uint64_t*>(data)[i] = pattern(id, i);
+    std::memset(data + length / 8 * 8, int(id & 0xff), length % 8);
+    return b;
+}
+
+bool intact(const char* data, const ArenaBlock& b) {
+    for (uint64_t i = 0; i < b.length / 8; ++i)
+        if (reinterpret_cast<const uint64_t*>(data)[i] != pattern(b.id, i)) return false;
+    for (uint64_t i = b.length / 8 * 8; i < b.length; ++i)
+        if (uint8_t(data[i]) != uint8_t(b.id & 0xff)) return false;
+    return true;
+}
+
+// Everything freed: no byte in use, and each segment one free block again.
+void check_empty(Arena& arena) {
+    ArenaStats s = arena.stats();
+    CHECK(s.in_use == 0 && s.blocks == 0);
+    CHECK(s.free_blocks == s.segments && s.free + s.segments * kHeapOffset == s.capacity);
+}
+
+// Random allocations and frees in one thread against a map of live ranges:
+// no two blocks overlap, every byte survives, and the arena ends empty
+// without having grown past what the peak of live bytes needs.
+void arena_model() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 20;
+    opt.limit = 64 << 20;
+    Arena arena(opt);
+    std::mt19937_64 rng(7);
+    std::vector<ArenaBlock> live;
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> ranges;  // (segment, offset) -> end
+    for (uint64_t id = 0; id < 40000; ++id) {
+        if (!live.empty() && (live.size() > 300 || rng() % 2)) {
+            std::size_t i = rng() % live.size();
+            ArenaBlock b = live[i];
+            CHECK(intact(data_of(arena, b), b));
+            ranges.erase({b.segment_id, b.offset});
+            drop(arena, b.segment_id, b.offset);
+            live[i] = live.back();
+            live.pop_back();
+            continue;
+        }
+        std::size_t length = rng() % 64 == 0 ? rng() % (3 << 20) : rng() % 5000;
+        ArenaBlock b = fill(arena, length, id);
+        auto next = ranges.lower_bound({b.segment_id, b.offset});
+        CHECK(next == ranges.end() || next->first.first != b.segment_id || next->first.second >= b.offset + b.length);
+        if (next != ranges.begin()) {
+            auto prev = std::prev(next);
+            CHECK(prev->first.first != b.segment_id || prev->second <= b.offset);
+        }
+        ranges[{b.segment_id, b.offset}] = b.offset + b.length;
+        live.push_back(b);
+    }
+    for (const ArenaBlock& b : live) {
+        CHECK(intact(data_of(arena, b), b));
+        drop(arena, b.segment_id, b.offset);
+    }
+    check_empty(arena);
+}
+
+// A million allocations of varied size with a few alive at a time reuse
+// the first segment and never map another.
+void arena_churn() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 20;
+    Arena arena(opt);
+    std::size_t capacity = arena.stats().capacity;
+    std::mt19937_64 rng(11);
+    Allocation held[16] = {};
+    char* base = arena.segment(0)->base();
+    for (int i = 0; i < 1000000; ++i) {
+        Allocation& slot = held[rng() % 16];
+        if (slot.offset) release_block(base, slot.offset);
+        slot = arena.alloc(rng() % 30000);
+        CHECK(slot.segment_id == 0);
+    }
+    for (Allocation& a : held) release_block(base, a.offset);
+    CHECK(arena.stats().capacity == capacity);
+    check_empty(arena);
+}
+
+// Limits: a clear error naming the remedy, a working arena after frees, and
+// a segment of its own for a request larger than a segment.
+void arena_limits() {
+    CHECK(throws<std::invalid_argument>([] {
+        ArenaOptions opt;
+        opt.segment_size = 64;
+        opt.limit = 200;
+        Arena arena(opt);
+    }));
+    ArenaOptions opt;
+    opt.segment_size = 1 << 16;
+    opt.limit = 1 << 18;
+    Arena arena(opt);
+    std::vector<Allocation> held;
+    std::string message;
+    try {
+        for (;;) held.push_back(arena.alloc(10000));
+    } catch (const OutOfSharedMemory& e) {
+        message = e.what();
+    }
+    CHECK(message.find("cannot allocate 10000 bytes") != std::string::npos);
+    CHECK(message.find("MIZU_ARENA_LIMIT") != std::string::npos);
+    CHECK(arena.stats().segments == 4 && held.size() > 20);
+    for (Allocation& a : held) drop(arena, a.segment_id, a.offset);
+    // The limit is all mapped: the empty segments make way for the large block's own.
+    Allocation big = arena.alloc(100000);
+    CHECK(arena.stats().segments == 1);
+    std::memset(arena.segment(big.segment_id)->base() + big.offset, 1, 100000);
+    drop(arena, big.segment_id, big.offset);
+    arena.drain();
+    CHECK(arena.segment(big.segment_id) == nullptr && arena.stats().segments == 0);
+    Allocation small = arena.alloc(10);
+    drop(arena, small.segment_id, small.offset);
+    CHECK(throws<OutOfSharedMemory>([&] { arena.alloc(std::size_t(1) << 40); }));
+    check_empty(arena);
+}
+
+// Another mapping of a segment sees the blocks and can release them; a
+// mapping of the wrong segment or a stale offset is refused.
+void arena_attach() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 16;
+    Arena arena(opt);
+    ArenaBlock b = fill(arena, 3000, 42);
+    auto seg = arena.segment(b.segment_id);
+    auto peer = attach_arena_segment(current_pid(), seg->fd(), arena.id(), b.segment_id);
+    CHECK(peer->base() != seg->base());
+    CHECK(intact(block_data(*peer, b.offset, b.length), b));
+    CHECK(throws<std::invalid_argument>([&] { attach_arena_segment(seg->fd(), arena.id() + 1, b.segment_id); }));
+    CHECK(throws<std::invalid_argument>([&] { attach_arena_segment(seg->fd(), arena.id(), b.segment_id + 1); }));
+    CHECK(throws<std::system_error>([&] { attach_arena_segment(current_pid(), 12345, arena.id(), 0); }));
+    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset + 64, 10); }));
+    retain_block(peer->base(), b.offset);
+    release_block(seg->base(), b.offset);
+    CHECK(block_refs(peer->base(), b.offset) == 1);
+    release_block(peer->base(), b.offset);
+    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset, b.length); }));
+    check_empty(arena);
+}
+
+// Threads allocate from one arena and hand each block to a releaser thread
+// through a ring; the last of the two references, whichever side drops it,
+// returns the block. Every byte arrives intact and nothing leaks.
+void arena_remote_free(int owners, uint64_t per_owner) {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 20;
+    opt.limit = 256 << 20;
+    Arena arena(opt);
+    std::vector<std::unique_ptr<Fixture>> rings;
+    for (int t = 0; t < owners; ++t)
+        rings.push_back(std::make_unique<Fixture>(64, sizeof(ArenaBlock), RingKind::spsc, WaitBackend::native));
+    std::atomic<uint64_t> corrupt{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < owners; ++t) {
+        threads.emplace_back([&, t] {
+            SpscRing ring = rings[t]->ring<SpscRing>();
+            Waiter w;
+            std::mt19937_64 rng(t);
+            std::vector<ArenaBlock> mine;
+            for (uint64_t i = 0; i < per_owner; ++i) {
+                std::size_t length = rng() % 500 == 0 ? (1 << 20) + rng() % 100000 : rng() % 20000;
+                ArenaBlock b = fill(arena, length, uint64_t(t) * per_owner + i);
+                retain_block(arena.segment(b.segment_id)->base(), b.offset);
+                Reservation res;
+                CHECK(ring.wait_push(sizeof b, res, w, WaitOptions{}) == WaitStatus::ready);
+                std::memcpy(res.data(), &b, sizeof b);
+                ring.end_push(res);
+                mine.push_back(b);
+                if (mine.size() > 8 || rng() % 3 == 0) {
+                    std::size_t k = rng() % mine.size();
+                    drop(arena, mine[k].segment_id, mine[k].offset);
+                    mine[k] = mine.back();
+                    mine.pop_back();
+                }
+            }
+            for (const ArenaBlock& b : mine) drop(arena, b.segment_id, b.offset);
+            ring.close();
+        });
+        threads.emplace_back([&, t] {
+            SpscRing ring = rings[t]->ring<SpscRing>();
+            Waiter w;
+            Reservation res;
+            while (ring.wait_pop(res, w, WaitOptions{}) == WaitStatus::ready) {
+                ArenaBlock b;
+                std::memcpy(&b, res.data(), sizeof b);
+                ring.end_pop(res);
+                // The owner's mapping, not one of its own as a process would
+                // have: ThreadSanitizer tracks synchronisation by address, so
+                // a second mapping of the same pages would hide it.
+                auto seg = arena.segment(b.segment_id);
+                char* data = block_data(*seg, b.offset, b.length);
+                if (!intact(data, b)) corrupt.fetch_add(1);
+                std::memset(data, 0xee, b.length);
+                release_block(seg->base(), b.offset);
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(corrupt.load() == 0);
+    check_empty(arena);
+}
+
 int main() {
     segments();
+    arena_model();
+    arena_churn();
+    arena_limits();
+    arena_attach();
+    arena_remote_free(2, 20000);
     for (WaitBackend backend : {WaitBackend::native, WaitBackend::portable}) {
         stream<SpscRing>(RingKind::spsc, 1, 1, 200000, backend);
         stream<MpmcRing>(RingKind::mpmc, 3, 3, 50000, backend);

@@ -1,0 +1,408 @@
+"""The shared arena: blocks of shared memory for large payloads.
+
+An `Arena` belongs to the process that creates it and hands out `Block`
+objects: writable buffers in shared memory, so ``numpy.frombuffer(block,
+dtype)`` views one without a copy. A block is reference-counted across
+processes. ``block.share()`` takes a reference for another process and
+describes it in `REF_SIZE` bytes; `open_block` there adopts it. Pickling a
+block does the same and sends the segment's descriptor along. Whichever
+process drops the last reference, the block goes back to its owner, which
+reuses it on its next allocation.
+
+Each process maps an arena segment once, on first use, and unmaps it when
+its last block here is gone.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy
+from libcpp.memory cimport shared_ptr, unique_ptr
+
+from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
+from mizu.includes.arena cimport Arena as CArena
+from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
+from mizu.includes.segment cimport Segment as CSegment
+
+import operator
+import os
+import re
+import weakref
+from multiprocessing import reduction
+
+__all__ = ["Arena", "Block", "open_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
+
+REF_SIZE = sizeof(BlockRef)
+DEFAULT_SEGMENT_SIZE = 32 << 20
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _limit_from_env():
+    text = os.environ.get("MIZU_ARENA_LIMIT", "").strip()
+    if not text:
+        return 0
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text, re.IGNORECASE)
+    if not match or int(match[1]) == 0:
+        raise ValueError(f"MIZU_ARENA_LIMIT must be a positive number of bytes such as 4294967296 or 4G, got {text!r}")
+    return int(match[1]) * _UNITS[match[2].lower()]
+
+
+@cython.final
+cdef class _Mapping:
+    """This process's mapping of one arena segment; its blocks keep it alive."""
+
+    cdef shared_ptr[CSegment] seg
+    cdef object __weakref__
+
+
+# (arena id, segment id) -> the _Mapping of that segment in this process.
+_mappings = weakref.WeakValueDictionary()
+
+
+cdef _Mapping _mapped(uint64_t arena_id, uint32_t segment_id, shared_ptr[CSegment] seg):
+    cdef _Mapping m = _Mapping.__new__(_Mapping)
+    m.seg = seg
+    _mappings[arena_id, segment_id] = m
+    return m
+
+
+@cython.final
+@cython.no_gc
+cdef class Block:
+    """A block of shared memory from an `Arena`, holding one reference to it.
+
+    Blocks come from `Arena.alloc` and `open_block`, or from unpickling one.
+    A block exports a writable one-dimensional buffer of unsigned bytes, aligned
+    to 128 bytes, so ``numpy.frombuffer(block, dtype)`` or ``memoryview(block)``
+    views it without a copy; such views keep the block alive. When the block
+    object is collected its reference is dropped, and the last reference
+    dropped in any process returns the block to its arena.
+
+    A block inherited through ``fork`` holds no reference in the child: use
+    `share` and `open_block` to give a child one.
+
+    Attributes
+    ----------
+    arena_id : int
+        The id of the arena the block belongs to.
+    segment_id : int
+        The id of its segment within that arena.
+    offset : int
+        Where its data starts in the segment.
+    """
+
+    cdef _Mapping mapping
+    cdef char* data
+    cdef readonly uint64_t arena_id
+    cdef readonly uint64_t offset
+    cdef uint64_t length
+    cdef readonly uint32_t segment_id
+    cdef int holder  # the process whose reference this is
+
+    @staticmethod
+    cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length):
+        cdef char* data = block_data(mapping.seg.get()[0], offset, length)
+        cdef Block self = Block.__new__(Block)
+        self.mapping = mapping
+        self.data = data
+        self.arena_id = arena_id
+        self.segment_id = segment_id
+        self.offset = offset
+        self.length = length
+        self.holder = current_pid()
+        return self
+
+    def __init__(self):
+        raise TypeError("blocks come from Arena.alloc, open_block or unpickling")
+
+    def __dealloc__(self):
+        if self.mapping is not None and self.holder == current_pid():
+            release_block(self.mapping.seg.get().base(), self.offset)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, self.data, self.length, 0, flags)
+
+    def __len__(self):
+        return self.length
+
+    @property
+    def nbytes(self):
+        """Bytes of data."""
+        return self.length
+
+    @property
+    def refs(self):
+        """References to the block held in all processes, at this instant."""
+        return block_refs(self.mapping.seg.get().base(), self.offset)
+
+    def share(self):
+        """share()
+
+        Take a reference for another process and describe it.
+
+        The reference belongs to whoever passes the description to
+        `open_block`, which must happen while this process still holds the
+        block (the description names this process's descriptor of the
+        segment). A description never opened leaks its block.
+
+        Returns
+        -------
+        bytes
+            `REF_SIZE` bytes: arena id, offset, length, segment id, and the
+            pid and descriptor through which the segment can be mapped.
+
+        Raises
+        ------
+        RuntimeError
+            The block was inherited through ``fork`` and holds no reference
+            in this process.
+        """
+        cdef BlockRef ref
+        if self.holder != current_pid():
+            raise RuntimeError("this block was inherited through fork and holds no reference in this process; "
+                               "share it from the process that allocated or opened it")
+        retain_block(self.mapping.seg.get().base(), self.offset)
+        ref.arena_id = self.arena_id
+        ref.offset = self.offset
+        ref.length = self.length
+        ref.segment_id = self.segment_id
+        ref.pid = self.holder
+        ref.fd = self.mapping.seg.get().fd()
+        ref.reserved = 0
+        return PyBytes_FromStringAndSize(<char*>&ref, sizeof(ref))
+
+    def __reduce__(self):
+        return _unpickle_block, (self.share(), reduction.DupFd(self.mapping.seg.get().fd()))
+
+    def __repr__(self):
+        return (f"<mizu Block of {self.length} bytes at offset {self.offset} of segment {self.segment_id} "
+                f"of arena {self.arena_id:016x}>")
+
+
+cdef BlockRef _parse(object ref) except *:
+    cdef BlockRef r
+    cdef const unsigned char[::1] raw = ref
+    if raw.shape[0] != sizeof(BlockRef):
+        raise ValueError(f"a block reference is {sizeof(BlockRef)} bytes, got {raw.shape[0]}")
+    memcpy(&r, &raw[0], sizeof(BlockRef))
+    return r
+
+
+cdef Block _open(object ref, int fd):
+    cdef BlockRef r = _parse(ref)
+    cdef _Mapping m = _mappings.get((r.arena_id, r.segment_id))
+    if m is None:
+        if fd >= 0:
+            m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(fd, r.arena_id, r.segment_id))
+        else:
+            m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
+    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length)
+
+
+def open_block(ref):
+    """open_block(ref)
+
+    The block a `Block.share` description names, adopting its reference.
+
+    Open each description once. On Linux the segment is reached through
+    ``/proc/<pid>/fd/<fd>`` of the sharing process, so that process must
+    still hold the block; elsewhere, or across users, pickle the block through
+    multiprocessing instead, which passes the descriptor.
+
+    Parameters
+    ----------
+    ref : bytes-like
+        `REF_SIZE` bytes from `Block.share`.
+
+    Raises
+    ------
+    ValueError
+        `ref` is no block reference, or its block has no references left.
+    OSError
+        The segment cannot be reached.
+    """
+    return _open(ref, -1)
+
+
+def _unpickle_block(ref, dup):
+    fd = dup.detach()
+    try:
+        return _open(ref, fd)
+    finally:
+        os.close(fd)
+
+
+cdef class Arena:
+    """Arena(*, segment_size=DEFAULT_SEGMENT_SIZE, limit=None, dir=None)
+
+    Shared memory for large payloads, allocated by this process.
+
+    The arena maps pre-faulted segments as it needs them: the first now,
+    more when a request fits in none, up to `limit` bytes in all. A request
+    larger than a segment gets a segment of its own, unmapped once its block
+    is freed. Threads may share an arena; a forked child may not allocate
+    from its parent's.
+
+    Parameters
+    ----------
+    segment_size : int, optional
+        Bytes of each segment (rounded up to whole pages), 32 MiB by default:
+        about 20 ms to pre-fault on a slow VM, and room for many arrays.
+    limit : int, optional
+        Bytes of segments the arena may map in all. The default is the
+        ``MIZU_ARENA_LIMIT`` environment variable (bytes, or a number with a
+        K, M, G or T suffix), else half of the machine's memory, and no more
+        than the free space of `dir` when given.
+    dir : str or os.PathLike, optional
+        A directory (a tmpfs such as ``/dev/shm``) to take the memory from;
+        anonymous memory by default. See `mizu._core.Segment`.
+
+    Raises
+    ------
+    ValueError
+        `segment_size` or `limit` is too small, or ``MIZU_ARENA_LIMIT`` is malformed.
+    MemoryError
+        The first segment cannot be had.
+    """
+
+    cdef unique_ptr[CArena] arena
+    cdef uint64_t arena_id
+    # The mappings of the shared (not dedicated) segments, kept while the
+    # arena is open so that allocating does not map them anew.
+    cdef dict segments
+
+    def __init__(self, *, segment_size=DEFAULT_SEGMENT_SIZE, limit=None, dir=None):
+        cdef ArenaOptions opt
+        cdef bytes path = os.fsencode(dir) if dir is not None else None
+        opt.segment_size = _positive("segment_size", segment_size)
+        opt.limit = _limit_from_env() if limit is None else _positive("limit", limit)
+        opt.dir = NULL
+        if path is not None:
+            opt.dir = path
+        with nogil:
+            self.arena.reset(new CArena(opt))
+        self.arena_id = self.arena.get().id()
+        self.segments = {}
+
+    cdef CArena* _live(self) except NULL:
+        if self.arena.get() == NULL:
+            raise ValueError("the arena is closed")
+        return self.arena.get()
+
+    def alloc(self, nbytes):
+        """alloc(nbytes)
+
+        A new block of `nbytes` bytes, its contents undefined.
+
+        Blocks that other processes released are reused first.
+
+        Raises
+        ------
+        MemoryError
+            The arena's limit leaves no room; the message says how much is
+            left and how to raise the limit.
+        ValueError
+            `nbytes` is negative, or the arena is closed.
+        RuntimeError
+            Called in a forked child of the arena's process.
+        """
+        cdef size_t n = _non_negative("nbytes", nbytes)
+        cdef CArena* arena = self._live()
+        cdef Allocation a
+        with nogil:
+            a = arena.alloc(n)
+        cdef _Mapping m = self.segments.get(a.segment_id)
+        if m is None:
+            m = _mappings.get((self.arena_id, a.segment_id))
+            if m is None:
+                m = _mapped(self.arena_id, a.segment_id, arena.segment(a.segment_id))
+            if not a.dedicated:
+                self.segments[a.segment_id] = m
+        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n)
+
+    def drain(self):
+        """drain()
+
+        Reclaim every block whose last reference was dropped, now rather than
+        on the next `alloc`.
+
+        Returns
+        -------
+        int
+            The number of blocks reclaimed.
+        """
+        return self._live().drain()
+
+    def stats(self):
+        """stats()
+
+        Usage, after reclaiming released blocks.
+
+        Returns
+        -------
+        dict
+            ``in_use`` and ``blocks``: bytes (headers included) and number of
+            live blocks; ``free`` and ``free_blocks``: the same for free
+            space (``free_blocks == segments`` once every block is freed);
+            ``capacity``: bytes of all segments; ``segments``; ``limit``.
+        """
+        cdef CArena* arena = self._live()
+        cdef ArenaStats s = arena.stats()
+        return {"in_use": s.in_use, "blocks": s.blocks, "free": s.free, "free_blocks": s.free_blocks,
+                "capacity": s.capacity, "segments": s.segments, "limit": arena.limit()}
+
+    @property
+    def id(self):
+        """A random 64-bit id that names the arena in block references."""
+        return self.arena_id
+
+    @property
+    def limit(self):
+        """Bytes of segments the arena may map."""
+        return self._live().limit()
+
+    @property
+    def segment_size(self):
+        """Bytes of each ordinary segment."""
+        return self._live().segment_size()
+
+    @property
+    def closed(self):
+        """Whether `close` was called."""
+        return self.arena.get() == NULL
+
+    def close(self):
+        """close()
+
+        Stop allocating. Blocks still held, here or in other processes, stay
+        valid; their memory goes when the last of them is released.
+        """
+        self.arena.reset()
+        self.segments = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self.arena.get() == NULL:
+            return f"<mizu Arena {self.arena_id:016x} closed>"
+        return f"<mizu Arena {self.arena_id:016x} limit={self.limit}>"
+
+
+cdef size_t _non_negative(str what, object value) except? 0:
+    value = operator.index(value)
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return value
+
+
+cdef size_t _positive(str what, object value) except? 0:
+    value = operator.index(value)
+    if value <= 0:
+        raise ValueError(f"{what} must be positive, got {value}")
+    return value

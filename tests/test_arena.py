@@ -1,0 +1,348 @@
+"""The shared arena against a model: blocks never overlap, keep their bytes, and all come back."""
+
+import multiprocessing
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, rule
+
+import children
+from children import arena_fill, arena_intact
+from mizu import _arena
+
+
+def assert_empty(arena):
+    """Nothing in use, and each segment one free block again: no leak, no lasting fragmentation."""
+    s = arena.stats()
+    assert (s["in_use"], s["blocks"]) == (0, 0), s
+    assert s["free_blocks"] == s["segments"], s
+
+
+def address(block):
+    return np.frombuffer(block, np.uint8).ctypes.data
+
+
+def block_of(holder):
+    """The Block behind a holder: itself, or the base of a numpy view."""
+    return holder if isinstance(holder, _arena.Block) else holder.base
+
+
+class Peer:
+    """A child process running children.arena_peer, asked one command at a time."""
+
+    def __init__(self, method="fork"):
+        ctx = multiprocessing.get_context(method)
+        self.conn, there = ctx.Pipe()
+        self.process = ctx.Process(target=children.arena_peer, args=(there, 1 << 16))
+        self.process.start()
+
+    def ask(self, *cmd):
+        self.conn.send(cmd)
+        return self.conn.recv()
+
+    def stop(self):
+        """Stop the child; its exit code."""
+        self.conn.send(("stop",))
+        self.process.join(30)
+        return self.process.exitcode
+
+
+class ArenaModel(RuleBasedStateMachine):
+    """Random allocations, shares and drops in one process, checked against the set of live blocks."""
+
+    holders = Bundle("holders")
+
+    def __init__(self):
+        super().__init__()
+        self.tag = 0
+        self.live = {}  # tag -> [holders]; a holder is a Block or a numpy view of one
+
+    @initialize(segment_size=st.sampled_from([1 << 14, 1 << 16, 1 << 20]))
+    def make(self, segment_size):
+        self.arena = _arena.Arena(segment_size=segment_size, limit=64 << 20)
+
+    @rule(target=holders, n=st.one_of(st.integers(0, 3000), st.integers(0, 300000)))
+    def alloc(self, n):
+        self.tag += 1
+        block = self.arena.alloc(n)
+        assert len(block) == block.nbytes == n
+        assert address(block) % 128 == 0
+        for holders in self.live.values():
+            b = block_of(holders[0])
+            if b.segment_id == block.segment_id:
+                assert b.offset + len(b) <= block.offset or block.offset + n <= b.offset
+        arena_fill(block, self.tag)
+        self.live[self.tag] = [block]
+        return self.tag
+
+    @rule(tag=consumes(holders))
+    def drop(self, tag):
+        assert arena_intact(self.live[tag][0], tag)
+        del self.live[tag]
+
+    @rule(tag=holders)
+    def share_and_open(self, tag):
+        """A second reference through share/open_block; the first is kept, so the block stays."""
+        first = block_of(self.live[tag][0])
+        second = _arena.open_block(first.share())
+        assert address(second) == address(first) and second.refs == first.refs == len(self.live[tag]) + 1
+        self.live[tag].append(second)
+
+    @rule(tag=holders)
+    def keep_only_a_numpy_view(self, tag):
+        """numpy keeps the block alive through its base."""
+        block = block_of(self.live[tag][0])
+        view = np.frombuffer(block, np.uint8)
+        self.live[tag][0] = view
+        assert view.base is block
+
+    def teardown(self):
+        if not hasattr(self, "arena"):
+            return
+        assert all(arena_intact(holder, tag) for tag, holders in self.live.items() for holder in holders)
+        self.live.clear()
+        assert_empty(self.arena)
+
+
+TestArenaModel = ArenaModel.TestCase
+
+
+class CrossProcessArenaModel(RuleBasedStateMachine):
+    """Blocks cross to a child and back: each side frees what the other allocated."""
+
+    parent_blocks = Bundle("parent_blocks")
+    child_blocks = Bundle("child_blocks")
+
+    def __init__(self):
+        super().__init__()
+        self.tag = 0
+        self.mine = {}  # tag -> Block held here (of either arena)
+        self.theirs = set()  # tags the child holds
+
+    @initialize()
+    def start(self):
+        self.arena = _arena.Arena(segment_size=1 << 16, limit=64 << 20)
+        self.far = Peer()
+        self.ask = self.far.ask
+
+    @rule(target=parent_blocks, n=st.integers(0, 200000), keep=st.booleans())
+    def send_to_child(self, n, keep):
+        self.tag += 1
+        block = self.arena.alloc(n)
+        arena_fill(block, self.tag)
+        assert self.ask("open", block.share(), self.tag)
+        self.theirs.add(self.tag)
+        if keep:
+            self.mine[self.tag] = block
+        return self.tag
+
+    @rule(target=child_blocks, n=st.integers(0, 200000))
+    def receive_from_child(self, n):
+        self.tag += 1
+        block = _arena.open_block(self.ask("alloc", n, self.tag))
+        assert arena_intact(block, self.tag) and block.refs == 1
+        self.mine[self.tag] = block
+        return self.tag
+
+    @rule(tag=consumes(parent_blocks))
+    def child_drops(self, tag):
+        assert self.ask("check", tag)
+        self.ask("drop", tag)
+        self.theirs.discard(tag)
+
+    @rule(tag=consumes(child_blocks))
+    def parent_drops(self, tag):
+        assert arena_intact(self.mine.pop(tag), tag)
+
+    def teardown(self):
+        if not hasattr(self, "far"):
+            return
+        try:
+            for tag in self.theirs:
+                assert self.ask("check", tag)
+                self.ask("drop", tag)
+            assert all(arena_intact(block, tag) for tag, block in self.mine.items())
+            self.mine.clear()
+            assert_empty(self.arena)
+            child = self.ask("stats")
+            assert (child["in_use"], child["blocks"]) == (0, 0) and child["free_blocks"] == child["segments"]
+        finally:
+            exitcode = self.far.stop()
+        assert exitcode == 0
+
+
+TestCrossProcessArenaModel = CrossProcessArenaModel.TestCase
+
+
+def test_numpy_views_share_the_block_and_keep_it_alive():
+    arena = _arena.Arena(segment_size=1 << 20)
+    block = arena.alloc(8 * 1000)
+    a = np.frombuffer(block, np.float64)
+    b = np.ndarray((10, 100), np.float64, buffer=block)
+    a[:] = np.arange(1000)
+    assert b[3, 7] == 307.0 and np.shares_memory(a, b) and a.ctypes.data % 128 == 0
+    del block
+    assert arena.stats()["blocks"] == 1
+    del a
+    assert b.sum() == 999 * 1000 / 2
+    del b
+    assert_empty(arena)
+
+
+def test_a_million_allocations_reuse_the_first_segment():
+    arena = _arena.Arena(segment_size=1 << 20)
+    capacity = arena.stats()["capacity"]
+    held = [None] * 8
+    for i in range(1_000_000):
+        held[i % 8] = arena.alloc(i * 7919 % 50000)
+    assert arena.stats()["capacity"] == capacity
+    del held
+    assert_empty(arena)
+
+
+def test_exhaustion_is_a_clear_memory_error_and_the_arena_recovers():
+    arena = _arena.Arena(segment_size=1 << 16, limit=1 << 18)
+    blocks = []
+    with pytest.raises(MemoryError, match=r"cannot allocate 10000 bytes: \d+ bytes are left .*MIZU_ARENA_LIMIT"):
+        while True:
+            blocks.append(arena.alloc(10000))
+    assert len(blocks) > 20 and arena.stats()["segments"] == 4
+    with pytest.raises(MemoryError, match=r"Arena\(limit=\.\.\.\)"):
+        arena.alloc(1 << 40)
+    del blocks
+    big = arena.alloc(200000)  # the empty segments make way for one of its own
+    arena_fill(big, 1)
+    assert arena_intact(big, 1)
+    del big
+    assert_empty(arena)
+
+
+def test_limit_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MIZU_ARENA_LIMIT", "3M")
+    assert _arena.Arena(segment_size=1 << 20).limit == 3 << 20
+    assert _arena.Arena(segment_size=1 << 20, limit=1 << 21).limit == 1 << 21
+    monkeypatch.setenv("MIZU_ARENA_LIMIT", "lots")
+    with pytest.raises(ValueError, match="MIZU_ARENA_LIMIT must be a positive number of bytes"):
+        _arena.Arena()
+
+
+def test_bad_arguments_and_references_are_rejected():
+    with pytest.raises(ValueError, match="segment_size must be positive"):
+        _arena.Arena(segment_size=0)
+    with pytest.raises(ValueError, match="at least"):
+        _arena.Arena(segment_size=1 << 16, limit=100)
+    arena = _arena.Arena(segment_size=1 << 16)
+    with pytest.raises(ValueError, match="nbytes must not be negative"):
+        arena.alloc(-1)
+    with pytest.raises(ValueError, match=f"a block reference is {_arena.REF_SIZE} bytes"):
+        _arena.open_block(b"short")
+    with pytest.raises(TypeError):
+        _arena.Block()
+    block = arena.alloc(100)
+    ref = block.share()
+    del block
+    _arena.open_block(ref)  # adopted, then dropped at once: the block is free
+    with pytest.raises(ValueError, match="no references left"):
+        _arena.open_block(ref)
+    arena.close()
+    assert arena.closed
+    with pytest.raises(ValueError, match="the arena is closed"):
+        arena.alloc(1)
+
+
+def test_threads_share_an_arena():
+    arena = _arena.Arena(segment_size=1 << 18)
+    errors = []
+
+    def work(seed):
+        held = []
+        for i in range(3000):
+            block = arena.alloc((seed * 31 + i * 977) % 20000)
+            arena_fill(block, seed * 10000 + i)
+            held.append((seed * 10000 + i, block))
+            if len(held) > 10:
+                tag, old = held.pop(i * 7 % len(held))
+                if not arena_intact(old, tag):
+                    errors.append(tag)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert_empty(arena)
+
+
+def test_pickled_block_crosses_every_start_method(start_method):
+    ctx = multiprocessing.get_context(start_method)
+    arena = _arena.Arena(segment_size=1 << 20)
+    block = arena.alloc(300000)
+    arena_fill(block, 5)
+    report, there = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=children.arena_check_block, args=([block], 5, there))
+    child.start()
+    assert report.poll(60)
+    intact, refs = report.recv()
+    child.join(30)
+    assert intact and child.exitcode == 0
+    # fork hands the child the parent's object, which holds no reference there.
+    assert refs == (1 if start_method == "fork" else 2)
+    assert block.refs == 1
+    del block
+    assert_empty(arena)
+
+
+def test_pickling_through_a_pipe_passes_the_descriptor():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(1000)
+    arena_fill(block, 9)
+    copy = pickle.loads(pickle.dumps(block))
+    assert address(copy) == address(block) and block.refs == 2
+    peer = Peer("spawn")
+    assert peer.ask("take", block, 9)
+    assert block.refs == 3
+    del block, copy
+    peer.ask("drop", 9)
+    assert peer.stop() == 0
+    assert_empty(arena)
+
+
+def test_a_received_block_outlives_its_owner():
+    peer = Peer()
+    block = _arena.open_block(peer.ask("alloc", 50000, 3))
+    peer.ask("close")
+    assert peer.stop() == 0
+    assert arena_intact(block, 3)
+    arena_fill(block, 4)
+    assert arena_intact(block, 4)
+
+
+def test_the_owner_closing_leaves_the_receivers_block_valid():
+    arena = _arena.Arena(segment_size=1 << 16)
+    peer = Peer()
+    block = arena.alloc(40000)
+    arena_fill(block, 8)
+    assert peer.ask("open", block.share(), 8)
+    del block
+    arena.close()
+    del arena
+    assert peer.ask("check", 8)
+    peer.ask("drop", 8)
+    assert peer.stop() == 0
+
+
+def test_a_forked_child_cannot_allocate_from_its_parents_arena():
+    ctx = multiprocessing.get_context("fork")
+    arena = _arena.Arena(segment_size=1 << 16)
+    report, there = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=children.arena_alloc_in_fork, args=(arena, there))
+    child.start()
+    assert report.poll(60)
+    message = report.recv()
+    child.join(30)
+    assert message and "forked child must create an arena of its own" in message
+    assert_empty(arena)
