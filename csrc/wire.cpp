@@ -92,17 +92,15 @@ void Writer::put_array(const ArrayHeader& a) {
     }
 }
 
-Reader::Reader(const void* data, std::size_t size) : data_(static_cast<const char*>(data)), size_(size) {
-    if (size < 2) fail(0, "a message holds at least a magic byte and a version, got " + std::to_string(size) + " bytes");
+void Reader::bad_header() const {
+    if (size_ < 2) fail(0, "a message holds at least a magic byte and a version, got " + std::to_string(size_) + " bytes");
     if (uint8_t(data_[0]) != kMagic) {
         char what[64];
         std::snprintf(what, sizeof what, "first byte 0x%02x is not the wire magic 0x%02x", uint8_t(data_[0]), kMagic);
         fail(0, what);
     }
-    if (uint8_t(data_[1]) != kVersion)
-        fail(1, "version " + std::to_string(uint8_t(data_[1])) + " is not the version this reader knows (" +
-                    std::to_string(kVersion) + ")");
-    pos_ = 2;
+    fail(1, "version " + std::to_string(uint8_t(data_[1])) + " is not the version this reader knows (" +
+                std::to_string(kVersion) + ")");
 }
 
 void Reader::fail(std::size_t at, const std::string& what) const { throw WireError(at, what); }
@@ -123,27 +121,11 @@ void Reader::unknown_tag(uint8_t t) const {
     fail(pos_, what);
 }
 
-void Reader::check_count(uint32_t count, std::size_t min_bytes, std::size_t at) const {
-    if (uint64_t(count) * min_bytes > size_ - pos_)
-        fail(at, "count " + std::to_string(count) + " cannot fit in the " + std::to_string(size_ - pos_) +
-                     " bytes left");
+void Reader::too_many(uint32_t count, std::size_t at) const {
+    fail(at, "count " + std::to_string(count) + " cannot fit in the " + std::to_string(size_ - pos_) + " bytes left");
 }
 
-void Reader::enter() {
-    if (depth_ == kMaxDepth) fail(pos_, "containers nest deeper than " + std::to_string(kMaxDepth));
-    ++depth_;
-}
-
-uint32_t Reader::begin(Tag container) {
-    std::size_t at = pos_;
-    need(4, "a count");
-    uint32_t count = detail::load<uint32_t>(data_ + pos_);
-    pos_ += 4;
-    // Every value takes at least its tag; a dict entry also its key's length.
-    check_count(count, container == Tag::dict ? 9 : 1, at);
-    enter();
-    return count;
-}
+void Reader::too_deep() const { fail(pos_, "containers nest deeper than " + std::to_string(kMaxDepth)); }
 
 namespace {
 
@@ -257,8 +239,6 @@ PickleBlob Reader::pickle() {
     return p;
 }
 
-void Reader::finish() const {
-    if (pos_ != size_) fail(pos_, std::to_string(size_ - pos_) + " bytes left after the value");
-}
+void Reader::trailing() const { fail(pos_, std::to_string(size_ - pos_) + " bytes left after the value"); }
 
 }  // namespace mizu::wire

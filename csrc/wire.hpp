@@ -216,7 +216,10 @@ private:
 class Reader {
 public:
     // Checks the magic byte and the version.
-    Reader(const void* data, std::size_t size);
+    Reader(const void* data, std::size_t size) : data_(static_cast<const char*>(data)), size_(size) {
+        if (size < 2 || uint8_t(data_[0]) != kMagic || uint8_t(data_[1]) != kVersion) bad_header();
+        pos_ = 2;
+    }
 
     std::size_t offset() const noexcept { return pos_; }
     std::size_t remaining() const noexcept { return size_ - pos_; }
@@ -244,17 +247,32 @@ public:
     Span bytes() { return span("bytes"); }
     Span key() { return utf8("a key"); }
     // The count of a tuple, list or dict, one level deeper.
-    uint32_t begin(Tag container);
+    uint32_t begin(Tag container) {
+        std::size_t at = pos_;
+        need(4, "a count");
+        uint32_t count = detail::load<uint32_t>(data_ + pos_);
+        pos_ += 4;
+        // Every value takes at least its tag; a dict entry also its key's length.
+        check_count(count, container == Tag::dict ? 9 : 1, at);
+        enter();
+        return count;
+    }
     void end() noexcept { --depth_; }
     void array(ArrayHeader& a);
     FrameHeader begin_frame();
     // One column of a frame: an array value of nrows elements in one dimension.
     void column(ArrayHeader& a, uint64_t nrows);
     PickleBlob pickle();
-    void finish() const;
+    void finish() const {
+        if (pos_ != size_) trailing();
+    }
 
 private:
     [[noreturn]] void fail(std::size_t at, const std::string& what) const;
+    [[noreturn]] void bad_header() const;
+    [[noreturn]] void too_many(uint32_t count, std::size_t at) const;
+    [[noreturn]] void too_deep() const;
+    [[noreturn]] void trailing() const;
     [[noreturn]] void short_of(std::size_t n, const char* what) const;
     [[noreturn]] void too_long(uint64_t n, const char* what) const;
     [[noreturn]] void unknown_tag(uint8_t t) const;
@@ -286,8 +304,13 @@ private:
         if (ok != s.size) fail(start + ok, std::string("invalid UTF-8 in ") + what);
         return s;
     }
-    void check_count(uint32_t count, std::size_t min_bytes, std::size_t at) const;
-    void enter();
+    void check_count(uint32_t count, std::size_t min_bytes, std::size_t at) const {
+        if (uint64_t(count) * min_bytes > size_ - pos_) too_many(count, at);
+    }
+    void enter() {
+        if (depth_ == kMaxDepth) too_deep();
+        ++depth_;
+    }
 
     const char* data_;
     std::size_t size_;

@@ -288,14 +288,20 @@ cdef object _decode(const char* data, Py_ssize_t size):
     return value
 
 
-cdef object _value(Reader& r):
+# Numbers, the commonest items, are read here, inlined into the loops over
+# items; everything else in _other_value.
+cdef inline object _value(Reader& r):
     cdef Tag t = r.tag()
-    cdef Span s
-    cdef uint32_t n, i
     if t == Tag.int64:
         return PyLong_FromLongLong(r.int64())
     if t == Tag.float64:
         return PyFloat_FromDouble(r.float64())
+    return _other_value(r, t)
+
+
+cdef object _other_value(Reader& r, Tag t):
+    cdef Span s
+    cdef uint32_t n, i
     if t == Tag.tuple:
         return _sequence(r, True)
     if t == Tag.none:
