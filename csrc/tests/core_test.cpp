@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <map>
 #include <random>
+#include <random>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "harness.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
+#include "wire.hpp"
 
 using namespace mizu;
 
@@ -451,7 +454,214 @@ void arena_remote_free(int owners, uint64_t per_owner) {
     check_empty(arena);
 }
 
+// Renders a message as text, visiting every value: what the wire tests compare.
+struct Render {
+    std::string out;
+    void none() { out += "None "; }
+    void boolean(bool b) { out += b ? "True " : "False "; }
+    void int64(int64_t v) { out += std::to_string(v) + " "; }
+    void float64(double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g ", v);
+        out += buf;
+    }
+    void str(wire::Span s) { out += "'" + std::string(s.data, s.size) + "' "; }
+    void bytes(wire::Span s) { out += "b'" + std::string(s.data, s.size) + "' "; }
+    void key(wire::Span s) { out += std::string(s.data, s.size) + ": "; }
+    void begin(wire::Tag t, uint32_t n) { out += char(t) + std::to_string(n) + "( "; }
+    void end(wire::Tag) { out += ") "; }
+    void array(const wire::ArrayHeader& a) {
+        out += std::string("a") + a.typestr + "[";
+        for (uint32_t k = 0; k < a.ndim; ++k) out += std::to_string(a.shape[k]) + "/" + std::to_string(a.strides[k]) + ",";
+        if (a.storage == wire::Storage::inline_data)
+            out += "]=" + std::string(a.data.data, a.data.size) + " ";
+        else
+            out += "]@" + std::to_string(a.ref.owner) + ":" + std::to_string(a.ref.segment) + ":" +
+                   std::to_string(a.ref.offset) + ":" + std::to_string(a.ref.nbytes) + " ";
+    }
+    void pickle(const wire::PickleBlob& p) { out += "P" + std::string(p.data.data, p.data.size) + " "; }
+};
+
+std::string render(const std::string& msg) {
+    Render r;
+    wire::read_message(msg.data(), msg.size(), r);
+    return r.out;
+}
+
+std::string message_of(const wire::Writer& w) { return std::string(w.data(), w.size()); }
+
+// The byte offset the Reader names for msg, or SIZE_MAX if msg is well-formed.
+std::size_t error_offset(const std::string& msg) {
+    try {
+        render(msg);
+    } catch (const wire::WireError& e) {
+        return e.offset();
+    }
+    return SIZE_MAX;
+}
+
+wire::ArrayHeader array_2x3(const char* data) {
+    wire::ArrayHeader a{};
+    std::strcpy(a.typestr, "|u1");
+    a.itemsize = 1;
+    a.ndim = 2;
+    a.shape[0] = 2, a.shape[1] = 3;
+    a.strides[0] = 3, a.strides[1] = 1;
+    a.storage = wire::Storage::inline_data;
+    a.data = {data, 6};
+    return a;
+}
+
+std::string sample_message() {
+    wire::Writer w;
+    w.begin_message();
+    w.begin_tuple(9);
+    w.put_none();
+    w.put_bool(true);
+    w.put_int64(INT64_MIN);
+    w.put_float64(-0.5);
+    w.put_str("h\xc3\xa9", 3);
+    w.put_bytes("\0x", 2);
+    w.begin_list(0);
+    w.begin_dict(2);
+    w.put_key("k", 1);
+    w.put_pickle("pk", 2);
+    w.put_key("", 0);
+    w.put_array(array_2x3("abcdef"));
+    w.begin_frame(1, 2);
+    w.put_key("c", 1);
+    wire::ArrayHeader col{};
+    std::strcpy(col.typestr, "<f8");
+    col.itemsize = 8;
+    col.ndim = 1;
+    col.shape[0] = 2;
+    col.strides[0] = 8;
+    col.storage = wire::Storage::arena;
+    col.ref = {7, 3, 4096, 16};
+    w.put_array(col);
+    return message_of(w);
+}
+
+void wire_round_trips() {
+    std::string msg = sample_message();
+    CHECK(uint8_t(msg[0]) == wire::kMagic && msg[1] == wire::kVersion);
+    CHECK(render(msg) == "t9( None True -9223372036854775808 -0.5 'h\xc3\xa9' b'" + std::string("\0x", 2) +
+                             "' l0( ) m2( k: Ppk : a|u1[2/3,3/1,]=abcdef ) D1( c: a<f8[2/8,]@7:3:4096:16 ) ) ");
+    // Growing past the writer's inline buffer keeps what was written.
+    wire::Writer w;
+    w.begin_message();
+    std::string big(100000, 'x');
+    w.begin_list(3);
+    w.put_str(big.data(), big.size());
+    w.put_bytes(big.data(), 10);
+    w.put_float64(1e300);
+    CHECK(render(message_of(w)) == "l3( '" + big + "' b'xxxxxxxxxx' 1.0000000000000001e+300 ) ");
+    std::size_t mark = w.size();
+    w.put_none();
+    w.truncate(mark);
+    CHECK(render(message_of(w)) == "l3( '" + big + "' b'xxxxxxxxxx' 1.0000000000000001e+300 ) ");
+}
+
+std::string nested_lists(int depth) {
+    wire::Writer w;
+    w.begin_message();
+    for (int i = 0; i < depth; ++i) w.begin_list(i + 1 < depth ? 1 : 0);
+    return message_of(w);
+}
+
+std::string one_value(void (*put)(wire::Writer&)) {
+    wire::Writer w;
+    w.begin_message();
+    put(w);
+    return message_of(w);
+}
+
+void wire_rejects_malformed() {
+    std::string msg = sample_message();
+    for (std::size_t n = 0; n < msg.size(); ++n) CHECK(error_offset(msg.substr(0, n)) <= n);
+    CHECK(error_offset(msg + "N") == msg.size());
+    CHECK(error_offset("X\x01N") == 0);
+    CHECK(error_offset(std::string("W\x02N")) == 1);
+    CHECK(error_offset(std::string("W\x01?")) == 2);
+    CHECK(error_offset(nested_lists(wire::kMaxDepth)) == SIZE_MAX);
+    CHECK(error_offset(nested_lists(wire::kMaxDepth + 1)) != SIZE_MAX);
+    // A count larger than the bytes left could hold fails before any allocation.
+    CHECK(error_offset(std::string("W\x01l\xff\xff\xff\xff", 7)) == 3);
+    for (const char* bad : {"\xed\xa0\x80", "\xc0\x80", "\xf5\x80\x80\x80", "\xe2\x82", "\x80"}) {
+        wire::Writer w;
+        w.begin_message();
+        w.put_str(bad, std::strlen(bad));
+        CHECK(error_offset(message_of(w)) == 11);
+    }
+    CHECK(error_offset(one_value([](wire::Writer& w) { w.put_str("\xf4\x8f\xbf\xbf", 4); })) == SIZE_MAX);
+    auto array_with = [](void (*edit)(wire::ArrayHeader&)) {
+        wire::Writer w;
+        w.begin_message();
+        wire::ArrayHeader a = array_2x3("abcdef");
+        edit(a);
+        w.put_array(a);
+        return message_of(w);
+    };
+    CHECK(error_offset(array_with([](wire::ArrayHeader&) {})) == SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { a.strides[0] = -3; })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { a.strides[0] = 4; })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { a.data.size = 5; })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { a.shape[1] = 1ULL << 63; })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { std::strcpy(a.typestr, "|O8"); })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { std::strcpy(a.typestr, "<u1"); })) != SIZE_MAX);
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) { a.itemsize = 2; })) != SIZE_MAX);
+    CHECK(throws<std::invalid_argument>([&] { array_with([](wire::ArrayHeader& a) { a.ndim = 33; }); }));
+    std::string too_many_dims = array_with([](wire::ArrayHeader&) {});
+    too_many_dims[11] = 33;
+    CHECK(error_offset(too_many_dims) == 11);
+    // Zero-size arrays may carry any non-negative strides.
+    CHECK(error_offset(array_with([](wire::ArrayHeader& a) {
+              a.shape[0] = 0;
+              a.strides[1] = 1000;
+              a.data.size = 0;
+          })) == SIZE_MAX);
+    std::string pickle = one_value([](wire::Writer& w) { w.put_pickle("p", 1); });
+    pickle[3] = 1;
+    CHECK(error_offset(pickle) == 3);
+}
+
+// Random and mutated bytes: the Reader either walks them or throws WireError,
+// and never reads outside them (the sanitizers watch).
+void wire_survives_garbage(uint64_t rounds) {
+    std::mt19937_64 rng(12345);
+    std::vector<std::string> seeds = {sample_message(), nested_lists(wire::kMaxDepth), std::string("W\x01", 2)};
+    uint64_t accepted = 0;
+    for (uint64_t i = 0; i < rounds; ++i) {
+        std::string msg = seeds[i % seeds.size()];
+        if (i % 7 == 0) {
+            msg.resize(2 + rng() % 64);
+            for (std::size_t k = 2; k < msg.size(); ++k) msg[k] = char(rng());
+        }
+        for (uint64_t edits = 1 + rng() % 4; edits; --edits) {
+            std::size_t at = msg.empty() ? 0 : rng() % msg.size();
+            switch (rng() % 4) {
+            case 0: if (!msg.empty()) msg[at] = char(rng()); break;
+            case 1: if (!msg.empty()) msg[at] ^= char(1u << (rng() % 8)); break;
+            case 2: msg.insert(at, 1, "NFTidsbtlmaDP\xff\x00"[rng() % 15]); break;
+            default: msg.resize(at); break;
+            }
+        }
+        // A heap copy of exactly the message's size, so an overread is caught.
+        std::vector<char> exact(msg.begin(), msg.end());
+        Render r;
+        try {
+            wire::read_message(exact.data(), exact.size(), r);
+            ++accepted;
+        } catch (const wire::WireError&) {
+        }
+    }
+    CHECK(accepted > 0);
+}
+
 int main() {
+    wire_round_trips();
+    wire_rejects_malformed();
+    wire_survives_garbage(300000);
     segments();
     arena_model();
     arena_churn();

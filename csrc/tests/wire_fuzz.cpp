@@ -1,0 +1,41 @@
+// libFuzzer target: any bytes either decode to values or throw WireError.
+// The visitor reads every byte the Reader hands out, so an overread shows
+// under AddressSanitizer.
+#include <cstddef>
+#include <cstdint>
+
+#include "wire.hpp"
+
+namespace {
+
+struct Touch {
+    uint64_t sum = 0;
+    void span(mizu::wire::Span s) {
+        for (uint64_t i = 0; i < s.size; ++i) sum += uint8_t(s.data[i]);
+    }
+    void none() {}
+    void boolean(bool b) { sum += b; }
+    void int64(int64_t v) { sum += uint64_t(v); }
+    void float64(double v) { sum += v == v; }
+    void str(mizu::wire::Span s) { span(s); }
+    void bytes(mizu::wire::Span s) { span(s); }
+    void key(mizu::wire::Span s) { span(s); }
+    void begin(mizu::wire::Tag, uint32_t n) { sum += n; }
+    void end(mizu::wire::Tag) {}
+    void array(const mizu::wire::ArrayHeader& a) {
+        if (a.storage == mizu::wire::Storage::inline_data) span(a.data);
+        else sum += a.ref.nbytes;
+    }
+    void pickle(const mizu::wire::PickleBlob& p) { span(p.data); }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    Touch t;
+    try {
+        mizu::wire::read_message(data, size, t);
+    } catch (const mizu::wire::WireError&) {
+    }
+    return 0;
+}

@@ -1,0 +1,6 @@
+from typing import Any
+
+from typing_extensions import Buffer
+
+def encode(obj: object) -> bytes: ...
+def decode(data: Buffer) -> Any: ...

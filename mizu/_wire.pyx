@@ -1,0 +1,396 @@
+# cython: binding=False, always_allow_keywords=False
+"""Values to and from the wire format of ``doc/dev/wire.rst``.
+
+The common small shapes (None, bool, int64, float, str, bytes, tuple, list,
+dict with str keys, numeric numpy arrays) are encoded in C by the C++
+``Writer``; anything else, subclasses included, travels as a pickle
+(protocol 5) inside the message, so it comes back as itself. Decoding walks
+the C++ ``Reader``, which checks every byte it reads.
+"""
+
+cimport cython
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches
+from cpython.float cimport PyFloat_FromDouble
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.long cimport PyLong_FromLongLong
+from cpython.ref cimport Py_INCREF, PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport UINT32_MAX, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from mizu.includes.wire cimport (
+    ArrayHeader, FrameHeader, PickleBlob, Reader, Span, Storage, Tag, Writer, kMaxDepth, kMaxDims,
+)
+
+import pickle
+import sys
+
+import numpy
+
+__all__ = ["encode", "decode"]
+
+cdef extern from "Python.h":
+    # Declared without an exception value: a str with lone surrogates has no
+    # UTF-8 form and goes to pickle instead.
+    const char* _utf8_or_null "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t* size)
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
+    double PyFloat_AS_DOUBLE(object o)
+    object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+cnp.import_array()
+
+cdef object _dumps = pickle.dumps
+cdef object _loads = pickle.loads
+cdef type _ndarray = numpy.ndarray
+cdef char _native_order = ord("<") if sys.byteorder == "little" else ord(">")
+cdef dict _dtypes = {}
+
+# Array types sent as themselves: the fixed-size numbers every worker
+# language can take.
+cdef frozenset _plain_types = frozenset([
+    cnp.NPY_BOOL, cnp.NPY_BYTE, cnp.NPY_UBYTE, cnp.NPY_SHORT, cnp.NPY_USHORT, cnp.NPY_INT, cnp.NPY_UINT,
+    cnp.NPY_LONG, cnp.NPY_ULONG, cnp.NPY_LONGLONG, cnp.NPY_ULONGLONG, cnp.NPY_FLOAT16, cnp.NPY_FLOAT,
+    cnp.NPY_DOUBLE, cnp.NPY_CFLOAT, cnp.NPY_CDOUBLE,
+])
+
+
+def encode(obj):
+    """encode(obj)
+
+    Encode a value as one wire message.
+
+    Parameters
+    ----------
+    obj : object
+        Any picklable value. None, bool, int in the int64 range, float, str,
+        bytes, tuple, list, dict with str keys and numpy arrays of bool,
+        integer, floating or complex dtypes are encoded natively; anything
+        else (subclasses of those types too) as a pickle.
+
+    Returns
+    -------
+    bytes
+        The message; its first byte is 0x57.
+
+    Raises
+    ------
+    pickle.PicklingError, TypeError, RecursionError
+        As `pickle.dumps` raises for a part that must be pickled and cannot
+        be; a value nesting more than 64 containers deep (or holding itself)
+        is pickled whole.
+    RuntimeError
+        A list or dict changed size while it was being encoded.
+    """
+    cdef Writer w
+    w.begin_message()
+    if _put(w, obj, 0):
+        w.truncate(2)
+        _put_pickle(w, obj)
+    return PyBytes_FromStringAndSize(w.data(), w.size())
+
+
+def decode(data):
+    """decode(data)
+
+    Decode one wire message.
+
+    Parameters
+    ----------
+    data : bytes or buffer
+        A whole message, as `encode` returns it.
+
+    Returns
+    -------
+    object
+        The value. Arrays are new, writable copies.
+
+    Raises
+    ------
+    ValueError
+        The message is malformed (the text names the byte offset), holds a
+        pickle that does not load (the pickle's error is the cause), or holds
+        a data frame or arena reference, which this decoder does not build.
+    """
+    cdef Py_buffer view
+    if PyBytes_CheckExact(data):
+        return _decode(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return _decode(<const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# Returns 1, having written part of obj, when obj nests containers deeper than
+# kMaxDepth; the caller then pickles the whole value.
+cdef int _put(Writer& w, object obj, int depth) except -1:
+    cdef type t = type(obj)
+    cdef int overflow
+    cdef long long number
+    cdef Py_ssize_t n, i
+    cdef const char* text
+    if t is int:
+        number = PyLong_AsLongLongAndOverflow(obj, &overflow)
+        if not overflow:
+            w.put_int64(number)
+            return 0
+    elif t is float:
+        w.put_float64(PyFloat_AS_DOUBLE(obj))
+        return 0
+    elif t is tuple:
+        if depth == kMaxDepth:
+            return 1
+        n = PyTuple_GET_SIZE(obj)
+        if n <= UINT32_MAX:
+            w.begin_tuple(<uint32_t>n)
+            for i in range(n):
+                if _put(w, <object>PyTuple_GET_ITEM(obj, i), depth + 1):
+                    return 1
+            return 0
+    elif obj is None:
+        w.put_none()
+        return 0
+    elif t is bool:
+        w.put_bool(obj is True)
+        return 0
+    elif t is str:
+        text = _utf8(obj, &n)
+        if text != NULL:
+            w.put_str(text, n)
+            return 0
+    elif t is bytes:
+        w.put_bytes(PyBytes_AS_STRING(obj), PyBytes_GET_SIZE(obj))
+        return 0
+    elif t is list:
+        if depth == kMaxDepth:
+            return 1
+        if PyList_GET_SIZE(obj) <= UINT32_MAX:
+            return _put_list(w, obj, depth)
+    elif t is dict:
+        if depth == kMaxDepth:
+            return 1
+        if len(<dict>obj) <= UINT32_MAX:
+            return _put_dict(w, obj, depth)
+    elif t is _ndarray:
+        if _put_array(w, obj):
+            return 0
+    _put_pickle(w, obj)
+    return 0
+
+
+# The UTF-8 form of s, or NULL with no exception set if s holds lone
+# surrogates, which have none.
+cdef const char* _utf8(object s, Py_ssize_t* n) except? NULL:
+    cdef const char* text = _utf8_or_null(s, n)
+    if text == NULL and PyErr_ExceptionMatches(UnicodeEncodeError):
+        PyErr_Clear()
+    return text
+
+
+cdef int _put_list(Writer& w, list obj, int depth) except -1:
+    cdef Py_ssize_t n = PyList_GET_SIZE(obj), i
+    w.begin_list(<uint32_t>n)
+    for i in range(n):
+        # Pickling an item runs arbitrary code, which may change the list.
+        if i >= PyList_GET_SIZE(obj):
+            raise RuntimeError("list changed size during encoding")
+        if _put(w, <object>PyList_GET_ITEM(obj, i), depth + 1):
+            return 1
+    if PyList_GET_SIZE(obj) != n:
+        raise RuntimeError("list changed size during encoding")
+    return 0
+
+
+# A dict with a key that is not an exact, encodable str is pickled whole.
+cdef int _put_dict(Writer& w, dict obj, int depth) except -1:
+    cdef Py_ssize_t n = len(obj), pos = 0, seen = 0, size
+    cdef size_t start = w.size()
+    cdef PyObject* key
+    cdef PyObject* value
+    cdef const char* text
+    w.begin_dict(<uint32_t>n)
+    while PyDict_Next(obj, &pos, &key, &value):
+        text = NULL
+        if type(<object>key) is str:
+            text = _utf8(<object>key, &size)
+        if text == NULL:
+            w.truncate(start)
+            _put_pickle(w, obj)
+            return 0
+        w.put_key(text, size)
+        if _put(w, <object>value, depth + 1):
+            return 1
+        seen += 1
+    if seen != n or len(obj) != n:
+        raise RuntimeError("dictionary changed size during encoding")
+    return 0
+
+
+# Writes a plain numeric array and returns True, or returns False for any
+# other array.
+cdef bint _put_array(Writer& w, cnp.ndarray a) except -1:
+    cdef cnp.dtype dtype = a.descr
+    cdef ArrayHeader h
+    cdef int i, k, ndim = cnp.PyArray_NDIM(a)
+    cdef int64_t stride
+    cdef bint fortran
+    if dtype.type_num not in _plain_types or ndim > kMaxDims:
+        return False
+    fortran = cnp.PyArray_IS_F_CONTIGUOUS(a) and not cnp.PyArray_IS_C_CONTIGUOUS(a)
+    if not fortran and not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        a = cnp.PyArray_NewCopy(a, cnp.NPY_CORDER)
+    h.itemsize = <uint32_t>dtype.itemsize
+    if h.itemsize == 1:
+        h.typestr[0] = ord("|")
+    elif dtype.byteorder == ord("="):
+        h.typestr[0] = _native_order
+    else:
+        h.typestr[0] = dtype.byteorder
+    h.typestr[1] = dtype.kind
+    if h.itemsize < 10:
+        h.typestr[2] = ord("0") + h.itemsize
+        h.typestr[3] = 0
+    else:
+        h.typestr[2] = ord("1")
+        h.typestr[3] = ord("0") + h.itemsize - 10
+        h.typestr[4] = 0
+    h.ndim = ndim
+    stride = h.itemsize
+    for i in range(ndim):
+        k = i if fortran else ndim - 1 - i
+        h.shape[k] = cnp.PyArray_DIM(a, k)
+        h.strides[k] = stride
+        stride *= h.shape[k]
+    h.storage = Storage.inline_data
+    h.data.data = <const char*>cnp.PyArray_DATA(a)
+    h.data.size = cnp.PyArray_NBYTES(a)
+    w.put_array(h)
+    return True
+
+
+cdef int _put_pickle(Writer& w, object obj) except -1:
+    cdef bytes data = _dumps(obj, 5)
+    w.put_pickle(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    return 0
+
+
+@cython.cpp_locals(True)
+cdef object _decode(const char* data, Py_ssize_t size):
+    cdef Reader r = Reader(data, size)
+    value = _value(r)
+    r.finish()
+    return value
+
+
+# Numbers, the commonest items, are read here, inlined into the loops over
+# items; everything else in _other_value.
+cdef inline object _value(Reader& r):
+    cdef Tag t = r.tag()
+    if t == Tag.int64:
+        return PyLong_FromLongLong(r.int64())
+    if t == Tag.float64:
+        return PyFloat_FromDouble(r.float64())
+    return _other_value(r, t)
+
+
+cdef object _other_value(Reader& r, Tag t):
+    cdef Span s
+    cdef uint32_t n, i
+    if t == Tag.tuple:
+        return _sequence(r, True)
+    if t == Tag.none:
+        return None
+    if t == Tag.true_:
+        return True
+    if t == Tag.false_:
+        return False
+    if t == Tag.str:
+        s = r.str()
+        return PyUnicode_DecodeUTF8(s.data, <Py_ssize_t>s.size, NULL)
+    if t == Tag.bytes:
+        s = r.bytes()
+        return PyBytes_FromStringAndSize(s.data, <Py_ssize_t>s.size)
+    if t == Tag.list:
+        return _sequence(r, False)
+    if t == Tag.dict:
+        n = r.begin(t)
+        result = {}
+        for i in range(n):
+            s = r.key()
+            key = PyUnicode_DecodeUTF8(s.data, <Py_ssize_t>s.size, NULL)
+            PyDict_SetItem(result, key, _value(r))
+        r.end()
+        return result
+    if t == Tag.ndarray:
+        return _array(r)
+    if t == Tag.pickle:
+        return _pickled(r)
+    raise ValueError(f"wire message at byte {r.offset() - 1}: a data frame, which Python does not decode yet")
+
+
+cdef object _sequence(Reader& r, bint is_tuple):
+    cdef uint32_t n = r.begin(Tag.tuple if is_tuple else Tag.list), i
+    result = PyTuple_New(n) if is_tuple else PyList_New(n)
+    for i in range(n):
+        item = _value(r)
+        # Both SET_ITEMs steal the reference.
+        Py_INCREF(item)
+        if is_tuple:
+            PyTuple_SET_ITEM(result, i, item)
+        else:
+            PyList_SET_ITEM(result, i, item)
+    r.end()
+    return result
+
+
+cdef object _array(Reader& r):
+    cdef size_t at = r.offset() - 1
+    cdef ArrayHeader h
+    cdef uint32_t k
+    cdef int64_t stride
+    cdef bint c_order = True, f_order = True
+    r.array(h)
+    if h.storage != Storage.inline_data:
+        raise ValueError(f"wire message at byte {at}: an array in the arena, and this decoder has no arena")
+    typestr = h.typestr.decode("ascii")
+    dtype = _dtypes.get(typestr)
+    if dtype is None:
+        dtype = _dtypes[typestr] = numpy.dtype(typestr)
+    shape = tuple([h.shape[k] for k in range(h.ndim)])
+    stride = h.itemsize
+    for k in range(h.ndim):
+        f_order = f_order and (h.shape[k] == 1 or h.strides[k] == stride)
+        stride *= h.shape[k]
+    stride = h.itemsize
+    for k in reversed(range(h.ndim)):
+        c_order = c_order and (h.shape[k] == 1 or h.strides[k] == stride)
+        stride *= h.shape[k]
+    if c_order or f_order or h.data.size == 0:
+        out = numpy.empty(shape, dtype, order="C" if c_order else "F")
+        memcpy(cnp.PyArray_DATA(out), h.data.data, h.data.size)
+    else:
+        inline = PyBytes_FromStringAndSize(h.data.data, <Py_ssize_t>h.data.size)
+        strides = tuple([h.strides[k] for k in range(h.ndim)])
+        out = numpy.ndarray(shape, dtype, buffer=inline, strides=strides).copy()
+    if h.typestr[1] == ord("b"):
+        # Any nonzero byte is true; numpy's bools must be exactly 0 or 1.
+        numpy.minimum(out.view(numpy.uint8), 1, out=out.view(numpy.uint8))
+    return out
+
+
+cdef object _pickled(Reader& r):
+    cdef size_t at = r.offset() - 1
+    cdef PickleBlob blob = r.pickle()
+    view = PyMemoryView_FromMemory(<char*>blob.data.data, <Py_ssize_t>blob.data.size, PyBUF_READ)
+    try:
+        return _loads(view)
+    except Exception as exc:
+        raise ValueError(f"wire message at byte {at}: the pickle value does not load ({exc!r})") from exc
+    finally:
+        view.release()
