@@ -133,6 +133,11 @@ cdef class Block:
         return self.length
 
     @property
+    def fd(self):
+        """The descriptor of the block's segment in this process, for passing it to another."""
+        return self.mapping.seg.get().fd()
+
+    @property
     def refs(self):
         """References to the block held in all processes, at this instant."""
         return block_refs(self.mapping.seg.get().base(), self.offset)
@@ -201,20 +206,24 @@ cdef Block _open(object ref, int fd):
     return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length)
 
 
-def open_block(ref):
-    """open_block(ref)
+def open_block(ref, fd=None):
+    """open_block(ref, fd=None)
 
     The block a `Block.share` description names, adopting its reference.
 
-    Open each description once. On Linux the segment is reached through
-    ``/proc/<pid>/fd/<fd>`` of the sharing process, so that process must
-    still hold the block; elsewhere, or across users, pickle the block through
-    multiprocessing instead, which passes the descriptor.
+    Open each description once. Without `fd`, on Linux, the segment is
+    reached through ``/proc/<pid>/fd/<fd>`` of the sharing process, so that
+    process must still hold the block; elsewhere, or across users, pass the
+    segment's descriptor (`Block.fd` in the sharing process, sent over a Unix
+    socket) or pickle the block through multiprocessing, which passes it.
 
     Parameters
     ----------
     ref : bytes-like
         `REF_SIZE` bytes from `Block.share`.
+    fd : int, optional
+        A descriptor of the block's segment in this process; it stays the
+        caller's.
 
     Raises
     ------
@@ -223,7 +232,7 @@ def open_block(ref):
     OSError
         The segment cannot be reached.
     """
-    return _open(ref, -1)
+    return _open(ref, -1 if fd is None else operator.index(fd))
 
 
 def _unpickle_block(ref, dup):
