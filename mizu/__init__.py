@@ -13,6 +13,7 @@ except ImportError as exc:  # pragma: no cover - only when run from a source tre
         ) from exc
     raise
 
+from mizu._arrays import arena_block, asarray, default_arena, empty, empty_like, full, zeros, zeros_like
 from mizu._core import PeerDiedError
 from mizu._executor import ProcessPoolExecutor
 
@@ -20,4 +21,17 @@ Executor = ProcessPoolExecutor
 
 __version__ = "0.1.0"
 
-__all__ = ["Executor", "PeerDiedError", "ProcessPoolExecutor", "__version__"]
+__all__ = [
+    "Executor",
+    "PeerDiedError",
+    "ProcessPoolExecutor",
+    "__version__",
+    "arena_block",
+    "asarray",
+    "default_arena",
+    "empty",
+    "empty_like",
+    "full",
+    "zeros",
+    "zeros_like",
+]

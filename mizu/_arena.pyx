@@ -138,6 +138,11 @@ cdef class Block:
         return self.mapping.seg.get().fd()
 
     @property
+    def address(self):
+        """The address of the first byte of data in this process, as an int."""
+        return <size_t>self.data
+
+    @property
     def refs(self):
         """References to the block held in all processes, at this instant."""
         return block_refs(self.mapping.seg.get().base(), self.offset)

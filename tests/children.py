@@ -246,3 +246,22 @@ def arena_alloc_in_fork(arena, report):
         report.send(str(exc))
     else:
         report.send(None)
+
+
+# -- arrays in shared memory ----------------------------------------------------------------------
+
+
+def fill_slice(arr, start, stop, value):
+    """Write value into arr[start:stop] of an array inherited through fork."""
+    arr[start:stop] = value
+
+
+def arrays_in_child(parent_arena_id, report):
+    """Report whether a new mizu array here lives in an arena of this process's own."""
+    import mizu
+
+    arr = mizu.zeros(1000)
+    arr += 1
+    block = mizu.arena_block(arr)[0]
+    arena = mizu.default_arena()
+    report.send((arena.id != parent_arena_id, block.arena_id == arena.id, float(arr.sum())))

@@ -1,0 +1,274 @@
+"""Arrays in shared memory: numpy's creation functions are the oracle, the arena holds the data."""
+
+import gc
+import multiprocessing
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, reject
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import children
+import mizu
+from mizu import _arena
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)
+dtypes = st.one_of(
+    hnp.scalar_dtypes(),
+    hnp.byte_string_dtypes(),
+    hnp.unicode_string_dtypes(),
+    hnp.array_dtypes(subtype_strategy=hnp.scalar_dtypes(), max_size=3),
+    hnp.integer_dtypes(endianness=">"),
+)
+orders = st.sampled_from(["C", "F", "c", "f", None])
+like_orders = st.sampled_from(["C", "F", "A", "K", "k", None])
+
+
+def byte_bounds(arr):
+    try:
+        from numpy.lib.array_utils import byte_bounds as bounds
+    except ImportError:  # numpy < 2
+        bounds = np.byte_bounds
+    return bounds(arr)
+
+
+def assert_in_arena(arr):
+    """arr is a plain ndarray whose data fills an arena block from its 128-byte aligned start."""
+    assert type(arr) is np.ndarray
+    found = mizu.arena_block(arr)
+    assert found is not None
+    block, offset, nbytes = found
+    assert (offset, nbytes) == (0, arr.nbytes) and block.nbytes == arr.nbytes
+    assert arr.ctypes.data == block.address and block.address % 128 == 0
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert base is block
+
+
+def steps(arr):
+    """The strides that matter: those of axes longer than one."""
+    return [stride for n, stride in zip(arr.shape, arr.strides) if n > 1]
+
+
+def assert_same_layout(ours, theirs):
+    assert (ours.shape, ours.dtype, steps(ours)) == (theirs.shape, theirs.dtype, steps(theirs))
+    assert (ours.flags.c_contiguous, ours.flags.f_contiguous) == (theirs.flags.c_contiguous, theirs.flags.f_contiguous)
+
+
+def both(ours, theirs):
+    """Results of the two calls; if numpy raises, checks that mizu raises alike and rejects the example."""
+    try:
+        expected = theirs()
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            ours()
+        reject()
+    return ours(), expected
+
+
+def same_values(ours, theirs):
+    return ours.tobytes() == theirs.tobytes()
+
+
+@given(shape=shapes, dtype=dtypes, order=orders)
+def test_empty_and_zeros_match_numpy(shape, dtype, order):
+    ours, theirs = mizu.empty(shape, dtype, order), np.empty(shape, dtype, order)
+    assert_same_layout(ours, theirs)
+    assert_in_arena(ours)
+    ours, theirs = mizu.zeros(shape, dtype, order=order), np.zeros(shape, dtype, order=order)
+    assert_same_layout(ours, theirs)
+    assert_in_arena(ours)
+    assert same_values(ours, theirs)
+
+
+@given(shape=shapes, dtype=dtypes, order=orders, fill=st.sampled_from([1, 0, -2, 2.5, True]))
+def test_full_matches_numpy(shape, dtype, order, fill):
+    with np.errstate(all="ignore"):
+        ours, theirs = both(lambda: mizu.full(shape, fill, dtype, order), lambda: np.full(shape, fill, dtype, order))
+    assert_same_layout(ours, theirs)
+    assert_in_arena(ours)
+    assert same_values(ours, theirs)
+
+
+@given(shape=shapes, fill=st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3)))
+def test_full_infers_the_dtype_of_the_fill_value(shape, fill):
+    ours, theirs = mizu.full(shape, fill), np.full(shape, fill)
+    assert_same_layout(ours, theirs)
+    assert same_values(ours, theirs)
+
+
+@st.composite
+def views(draw, make=np.zeros):
+    """A random view of a new array: steps and reversals along each axis, then a transpose."""
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6))
+    base = make(shape, draw(st.sampled_from(["f8", "i2", "u1", "c16", "M8[ms]", "S3"])), order=draw(orders))
+    index = tuple(slice(None, None, draw(st.sampled_from([1, 2, -1, -3]))) for _ in shape)
+    return base[(*index, ...)].transpose(draw(st.permutations(range(len(shape)))))
+
+
+@given(
+    prototype=views(),
+    dtype=st.one_of(st.none(), st.sampled_from(["f4", "i8", "U2"])),
+    order=like_orders,
+    shape=st.one_of(st.none(), hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)),
+    zero=st.booleans(),
+)
+def test_empty_like_and_zeros_like_match_numpy(prototype, dtype, order, shape, zero):
+    make = (mizu.zeros_like, np.zeros_like) if zero else (mizu.empty_like, np.empty_like)
+    ours, theirs = (f(prototype, dtype, order, shape=shape) for f in make)
+    assert_same_layout(ours, theirs)
+    assert_in_arena(ours)
+    if zero:
+        assert same_values(ours, theirs)
+
+
+def test_like_keeps_a_subclass_unless_told_not_to():
+    prototype = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    ours = mizu.zeros_like(prototype)
+    assert type(ours) is type(np.zeros_like(prototype)) is np.matrix
+    assert ours.shape == (2, 2) and not ours.any()
+    assert mizu.arena_block(ours) is not None
+    assert type(mizu.empty_like(prototype, subok=False)) is np.ndarray
+
+
+@given(a=views(), dtype=st.one_of(st.none(), st.sampled_from(["f8", "i4", "U25"])), order=like_orders)
+def test_asarray_copies_other_arrays_into_the_arena_as_numpy_lays_them_out(a, dtype, order):
+    ours, theirs = both(lambda: mizu.asarray(a, dtype, order), lambda: np.asarray(a, dtype, order))
+    assert_same_layout(ours, np.array(a, dtype, order=order, copy=True) if theirs is a else theirs)
+    assert_in_arena(ours)
+    assert np.array_equal(ours, theirs)
+
+
+@given(a=views(make=mizu.zeros), order=like_orders)
+def test_asarray_returns_an_arena_array_itself(a, order):
+    if order in ("C", "F") and not a.flags[order + "_CONTIGUOUS"]:
+        assert not np.shares_memory(mizu.asarray(a, order=order), a)
+    else:
+        assert mizu.asarray(a, order=order) is a
+        assert mizu.asarray(a, a.dtype, copy=False) is a
+    copy = mizu.asarray(a, copy=True)
+    assert np.array_equal(copy, a) and not np.shares_memory(copy, a)
+    assert_in_arena(copy)
+
+
+def test_asarray_of_python_values_matches_numpy():
+    for value in ([1, 2, 3], [[1.5, 2], [3, 4]], 7, "text", [b"ab", b"c"], (True, False), []):
+        ours, theirs = mizu.asarray(value), np.asarray(value)
+        assert_same_layout(ours, theirs)
+        assert_in_arena(ours)
+        assert same_values(ours, theirs)
+    assert mizu.asarray([1, 2], dtype=np.float32).dtype == np.float32
+    assert mizu.asarray(np.arange(3), dtype=str).tolist() == ["0", "1", "2"]
+    block = mizu.arena_block(mizu.zeros(4))[0]
+    assert mizu.arena_block(mizu.asarray(memoryview(block)))[0] is block
+
+
+def test_unsupported_arguments_are_refused_by_name():
+    with pytest.raises(TypeError, match="object arrays hold pointers"):
+        mizu.zeros(3, dtype=object)
+    with pytest.raises(TypeError, match="object arrays hold pointers"):
+        mizu.empty(2, dtype=[("a", "f8"), ("b", "O")])
+    with pytest.raises(TypeError, match="object arrays hold pointers"):
+        mizu.asarray([1, "a", None])
+    with pytest.raises(TypeError, match="object arrays hold pointers"):
+        mizu.full(2, None)
+    with pytest.raises(TypeError, match="like="):
+        mizu.empty(3, like=np.zeros(1))
+    with pytest.raises(ValueError, match="device"):
+        mizu.zeros_like(np.zeros(2), device="gpu")
+    assert mizu.zeros(2, device="cpu").shape == (2,)
+    with pytest.raises(ValueError, match="only 'C' or 'F' order"):
+        mizu.empty(3, order="K")
+    with pytest.raises(ValueError, match="order must be one of"):
+        mizu.empty_like(np.zeros(3), order="X")
+    with pytest.raises(ValueError, match="negative dimensions"):
+        mizu.zeros((2, -1))
+    with pytest.raises(ValueError, match="copy=False"):
+        mizu.asarray(np.zeros(3), copy=False)
+
+
+def test_arrays_take_arena_memory_and_give_it_back():
+    arena = mizu.default_arena()
+    gc.collect()
+    start = arena.stats()["in_use"]
+    arrays = [mizu.zeros((100, 100)), mizu.full(1000, 3, "i4"), mizu.empty_like(np.zeros((7, 3)), order="F")]
+    views = [arrays[0][::2, 1:], arrays[1][::-1]]
+    assert arena.stats()["in_use"] >= start + 80000 + 4000 + 168
+    del arrays
+    assert arena.stats()["in_use"] > start  # the views hold their blocks
+    del views
+    assert arena.stats()["in_use"] == start
+
+
+def test_the_default_arena_is_one_per_process_even_across_threads():
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(mizu.default_arena())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(arena is mizu.default_arena() for arena in seen) and len(seen) == 8
+
+
+@given(view=views(make=mizu.zeros))
+def test_arena_block_places_every_view(view):
+    block, offset, nbytes = mizu.arena_block(view)
+    low, high = byte_bounds(view)
+    assert (block.address + offset, nbytes) == (low, high - low)
+    again = np.ndarray(view.shape, view.dtype, buffer=block, offset=view.ctypes.data - block.address,
+                       strides=view.strides)
+    assert again.tobytes() == view.tobytes()
+    assert np.shares_memory(again, view) or view.size == 0
+
+
+def test_arena_block_through_memoryviews_pickle_buffers_and_reshapes():
+    a = mizu.zeros((6, 8), np.int16)
+    block = mizu.arena_block(a)[0]
+    assert mizu.arena_block(block) == (block, 0, 96)
+    assert mizu.arena_block(memoryview(a)[2:4]) == (block, 32, 32)
+    assert mizu.arena_block(pickle.PickleBuffer(a[1:])) == (block, 16, 80)
+    assert mizu.arena_block(np.asarray(memoryview(a[3]))[1::2]) == (block, 50, 14)
+    assert mizu.arena_block(a.reshape(4, 12)[1:].T) == (block, 24, 72)
+    assert mizu.arena_block(a[:, 2:5][1:3].view(np.uint8)[:, 1:]) == (block, 21, 21)
+    assert mizu.arena_block(a[5, 7]) is None  # a scalar is a copy
+    assert mizu.arena_block(a[5:, 7:][0]) == (block, 94, 2)  # a 0-d view
+    assert mizu.arena_block(a[3:3])[::2] == (block, 0)
+
+
+def test_arena_block_is_none_for_memory_elsewhere():
+    plain = np.zeros(10)
+    raw = bytearray(100)
+    for obj in (plain, plain[::2], raw, memoryview(raw), b"bytes", np.frombuffer(raw, np.uint8), pickle.PickleBuffer(raw),
+                3, None, "text", [1, 2]):
+        assert mizu.arena_block(obj) is None
+    block = _arena.Arena(segment_size=1 << 16).alloc(64)  # any arena counts, not only the default one
+    assert mizu.arena_block(np.frombuffer(block, np.float64)[2:]) == (block, 16, 48)
+
+
+def test_a_forked_child_writes_into_its_parents_array():
+    ctx = multiprocessing.get_context("fork")
+    out = mizu.zeros(1000, np.int64)
+    workers = [ctx.Process(target=children.fill_slice, args=(out, i * 250, (i + 1) * 250, i + 1)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0] * 4
+    assert np.array_equal(out, np.repeat(np.arange(1, 5), 250))
+
+
+def test_a_forked_child_makes_arrays_in_an_arena_of_its_own():
+    ctx = multiprocessing.get_context("fork")
+    parent = mizu.default_arena()
+    report, there = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=children.arrays_in_child, args=(parent.id, there))
+    child.start()
+    assert report.poll(60)
+    assert report.recv() == (True, True, 1000.0)
+    child.join(60)
+    assert child.exitcode == 0
+    assert mizu.default_arena() is parent
