@@ -95,6 +95,31 @@ def encode(obj):
     return PyBytes_FromStringAndSize(w.data(), w.size())
 
 
+def encode_plain(obj):
+    """encode_plain(obj)
+
+    Encode a value made only of natively encoded parts, without pickle.
+
+    Like `encode`, for values whose every part is None, bool, an int in the
+    int64 range, float, str, bytes, tuple, list or dict with str keys (exact
+    types), and no list or dict is reached twice (pickle keeps such sharing,
+    a wire message would not). Arrays are left to pickle's out-of-band path.
+
+    Returns
+    -------
+    bytes or None
+        The message, or None if some part is of another type or the value
+        nests too deep.
+    """
+    cdef Writer w
+    cdef Plain plain
+    plain.count = 0
+    w.begin_message()
+    if _put(w, obj, 0, &plain):
+        return None
+    return PyBytes_FromStringAndSize(w.data(), w.size())
+
+
 def decode(data):
     """decode(data)
 
@@ -127,11 +152,32 @@ def decode(data):
         PyBuffer_Release(&view)
 
 
+# The lists and dicts a plain encoding has visited: one reached twice makes
+# the value no tree, which only pickle keeps as it is.
+cdef struct Plain:
+    int count
+    void* seen[16]
+
+
+cdef bint _first_visit(Plain* plain, object obj) noexcept:
+    cdef int i
+    for i in range(plain.count):
+        if plain.seen[i] == <void*>obj:
+            return False
+    if plain.count == 16:
+        return False
+    plain.seen[plain.count] = <void*>obj
+    plain.count += 1
+    return True
+
+
 # Returns 1, having written part of obj, when obj nests containers deeper than
-# kMaxDepth; the caller then pickles the whole value.
-cdef int _put(Writer& w, object obj, int depth) except -1:
+# kMaxDepth; the caller then pickles the whole value. With plain, returns 2
+# instead of writing any part that would be pickled, an array, or a list or
+# dict reached a second time.
+cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
     cdef type t = type(obj)
-    cdef int overflow
+    cdef int overflow, status
     cdef long long number
     cdef Py_ssize_t n, i
     cdef const char* text
@@ -150,8 +196,9 @@ cdef int _put(Writer& w, object obj, int depth) except -1:
         if n <= UINT32_MAX:
             w.begin_tuple(<uint32_t>n)
             for i in range(n):
-                if _put(w, <object>PyTuple_GET_ITEM(obj, i), depth + 1):
-                    return 1
+                status = _put(w, <object>PyTuple_GET_ITEM(obj, i), depth + 1, plain)
+                if status:
+                    return status
             return 0
     elif obj is None:
         w.put_none()
@@ -170,16 +217,22 @@ cdef int _put(Writer& w, object obj, int depth) except -1:
     elif t is list:
         if depth == kMaxDepth:
             return 1
+        if plain and not _first_visit(plain, obj):
+            return 2
         if PyList_GET_SIZE(obj) <= UINT32_MAX:
-            return _put_list(w, obj, depth)
+            return _put_list(w, obj, depth, plain)
     elif t is dict:
         if depth == kMaxDepth:
             return 1
+        if plain and not _first_visit(plain, obj):
+            return 2
         if len(<dict>obj) <= UINT32_MAX:
-            return _put_dict(w, obj, depth)
-    elif t is _ndarray:
+            return _put_dict(w, obj, depth, plain)
+    elif t is _ndarray and not plain:
         if _put_array(w, obj):
             return 0
+    if plain:
+        return 2
     _put_pickle(w, obj)
     return 0
 
@@ -193,23 +246,26 @@ cdef const char* _utf8(object s, Py_ssize_t* n) except? NULL:
     return text
 
 
-cdef int _put_list(Writer& w, list obj, int depth) except -1:
+cdef int _put_list(Writer& w, list obj, int depth, Plain* plain) except -1:
     cdef Py_ssize_t n = PyList_GET_SIZE(obj), i
+    cdef int status
     w.begin_list(<uint32_t>n)
     for i in range(n):
         # Pickling an item runs arbitrary code, which may change the list.
         if i >= PyList_GET_SIZE(obj):
             raise RuntimeError("list changed size during encoding")
-        if _put(w, <object>PyList_GET_ITEM(obj, i), depth + 1):
-            return 1
+        status = _put(w, <object>PyList_GET_ITEM(obj, i), depth + 1, plain)
+        if status:
+            return status
     if PyList_GET_SIZE(obj) != n:
         raise RuntimeError("list changed size during encoding")
     return 0
 
 
 # A dict with a key that is not an exact, encodable str is pickled whole.
-cdef int _put_dict(Writer& w, dict obj, int depth) except -1:
+cdef int _put_dict(Writer& w, dict obj, int depth, Plain* plain) except -1:
     cdef Py_ssize_t n = len(obj), pos = 0, seen = 0, size
+    cdef int status
     cdef size_t start = w.size()
     cdef PyObject* key
     cdef PyObject* value
@@ -220,12 +276,15 @@ cdef int _put_dict(Writer& w, dict obj, int depth) except -1:
         if type(<object>key) is str:
             text = _utf8(<object>key, &size)
         if text == NULL:
+            if plain:
+                return 2
             w.truncate(start)
             _put_pickle(w, obj)
             return 0
         w.put_key(text, size)
-        if _put(w, <object>value, depth + 1):
-            return 1
+        status = _put(w, <object>value, depth + 1, plain)
+        if status:
+            return status
         seen += 1
     if seen != n or len(obj) != n:
         raise RuntimeError("dictionary changed size during encoding")
