@@ -26,6 +26,7 @@ import collections
 import itertools
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -37,7 +38,7 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._future import LazyFuture, set_exception, set_result, set_running
-from mizu._protocol import BATCH, CALL, OK, PICKLE, PROTOCOL, RETIRING, Reassembler, dumps, frames, loads
+from mizu._protocol import BATCH, CALL, OK, OOB, PICKLE, RETIRING, WIRE, Reassembler, dumps, frames, loads, sender_of
 from mizu._worker import main as _worker_main
 
 _SLICE = 0.02
@@ -97,7 +98,7 @@ cdef class _Worker:
     cdef readonly Py_ssize_t index
     cdef readonly object ring, outbox
     cdef readonly dict in_flight, registered
-    cdef public object process, watch
+    cdef public object process, watch, channel
     cdef public Py_ssize_t started_tasks
 
     def __init__(self, index, ring):
@@ -105,6 +106,7 @@ cdef class _Worker:
         self.ring = ring
         self.process = None
         self.watch = None
+        self.channel = None           # this end of the socket pair shared with the process
         self.in_flight = {}           # task_id -> _WorkItem
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
@@ -204,13 +206,20 @@ cdef class _Pool:
                 self.grow()
 
     cdef spawn(self, _Worker worker):
+        # The socket pair carries shared-memory descriptors for large buffers (see mizu._protocol).
+        channel, worker_end = socket.socketpair()
         proc = self.context.Process(
             target=_worker_main,
-            args=(worker.ring, self.results, worker.index, os.getpid(), self.initializer, self.initargs,
-                  self.max_tasks),
+            args=(worker.ring, self.results, worker_end, worker.index, os.getpid(), self.initializer,
+                  self.initargs, self.max_tasks),
             name=f"mizu-worker-{worker.index}")
-        proc.start()
-        worker.process, worker.watch = proc, _core.PeerWatch(proc.pid)
+        try:
+            proc.start()
+        finally:
+            worker_end.close()
+        if worker.channel is not None:
+            worker.channel.close()
+        worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
         worker.registered.clear()
         worker.started_tasks = 0
 
@@ -239,6 +248,7 @@ cdef class _Pool:
             if kill is not None:
                 _signal(proc, kill)
             proc.join()
+            worker.channel.close()
 
     # -- submitting ---------------------------------------------------------------------------
 
@@ -303,7 +313,7 @@ cdef class _Pool:
                     if fn_ref is None:
                         fn_ref = (next(self.fn_ids), fn)
                 try:
-                    data = dumps((item.kind, task_id, fn_ref, *item.payload), PROTOCOL)
+                    data = dumps((item.kind, task_id, fn_ref, *item.payload), 0, worker.channel)
                 except BaseException as exc:
                     unpicklable.append((item.future, exc))
                     continue
@@ -420,11 +430,13 @@ cdef class _Pool:
     cdef handle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
-        message = frame if frame[0] == PICKLE else self.reassembler.feed(frame)
+        kind = frame[0]
+        message = frame if kind == WIRE or kind == PICKLE else self.reassembler.feed(frame)
         if message is None:
             return
         try:
-            index, task_id, status, value, seconds = loads(message)
+            channel = (<_Worker>self.workers[sender_of(message)]).channel if message[0] == OOB else None
+            index, task_id, status, value, seconds = loads(message, channel)
         except BaseException as exc:
             self.terminate_broken(f"A result could not be unpickled: {exc!r}")
             return

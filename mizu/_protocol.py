@@ -1,6 +1,8 @@
 """Messages between the Executor and its workers, and their framing on the rings.
 
-Every message is one pickle (protocol 5) of a tuple:
+Every message is one of these tuples, as a wire message (mizu._wire, first
+byte WIRE) when every part of it has a native wire encoding, else as a
+pickle (protocol 5):
 
 client -> worker, on the worker's own SpscRing:
     (CALL, task_id, fn_ref, args, kwargs)    run fn(*args, **kwargs)
@@ -15,25 +17,137 @@ worker -> client, on the pool's shared MpmcRing:
     (worker_index, task_id, RAISED, exception_with_traceback, seconds)
     (worker_index, 0, RETIRING, None, 0.0)   it ran max_tasks_per_child tasks and exits
 
+Buffers of INLINE bytes or more that pickle hands out of band (numpy arrays,
+PickleBuffer) do not go into the pickle: they live in the shared arena. A
+buffer already in an arena block (a mizu.empty array, or a view of one)
+travels by reference; any other is copied once into a block of the sender's
+arena. Such a message is OOB + sender (2 bytes) + count (2 bytes), then per
+buffer its block's reference (Block.share) + offset in the block (8 bytes) +
+length (8 bytes) + index of its segment's descriptor (2 bytes), then the
+pickle. The descriptors, one per distinct segment, go over the pair's Unix
+socket before the message goes into the ring, so the receiver can map the
+blocks even if the sender has exited since.
+
 A message longer than a slot is cut into frames. A whole message starts with
-the pickle protocol byte 0x80; a first frame is FIRST + sender (2 bytes) +
-total length (8 bytes) + data, and later frames CONTINUED + sender + data.
-The sender lets the client reassemble frames from workers writing at once.
+the pickle protocol byte 0x80 or with OOB; a first frame is FIRST + sender
+(2 bytes) + total length (8 bytes) + data, and later frames CONTINUED + sender
++ data. The sender lets the client reassemble frames from workers writing at
+once.
 """
 
+import array
+import os
 import pickle
+import socket
 import struct
+
+from mizu._arena import REF_SIZE, open_block
+from mizu._wire import decode, encode_plain
 
 CALL, BATCH = 0, 1
 OK, RAISED, RETIRING = 0, 1, 2
 
-FIRST, CONTINUED, PICKLE = 0x01, 0x02, 0x80
+FIRST, CONTINUED, OOB, WIRE, PICKLE = 0x01, 0x02, 0x03, 0x57, 0x80
 _FIRST = struct.Struct("<BHQ")
 _CONTINUED = struct.Struct("<BH")
+_OOB = struct.Struct("<BHH")
+_BUFFER = struct.Struct(f"<{REF_SIZE}sQQH")
 
-dumps = pickle.dumps
-loads = pickle.loads
 PROTOCOL = 5
+INLINE = 4096
+_MAX_FDS = 250   # descriptors per sendmsg: the kernel takes at most 253
+
+
+def _in_band(buffer):
+    """pickle's buffer_callback: true keeps a buffer in the pickle."""
+    try:
+        return buffer.raw().nbytes < INLINE
+    except BufferError:   # not contiguous: pickle copies it in band
+        return True
+
+
+def dumps(obj, sender=0, channel=None):
+    """The message for obj; with a channel, large buffers go through the arena and their descriptors to channel."""
+    data = encode_plain(obj)
+    if data is not None:
+        return data
+    if channel is None:
+        return pickle.dumps(obj, PROTOCOL)
+    buffers = []
+    data = pickle.dumps(obj, PROTOCOL, buffer_callback=lambda b: _in_band(b) or buffers.append(b))
+    if not buffers:
+        return data
+    from mizu._arrays import arena_block, default_arena
+
+    placed = []
+    for buffer in buffers:
+        raw = buffer.raw()
+        found = arena_block(raw)
+        if found is None:
+            block = default_arena().alloc(raw.nbytes)
+            memoryview(block)[:raw.nbytes] = raw
+            found = block, 0, raw.nbytes
+        placed.append(found)
+    # Every allocation succeeded: now take the receiver's references.
+    fds, slot = [], {}
+    parts = [_OOB.pack(OOB, sender, len(placed))]
+    for block, offset, nbytes in placed:
+        key = block.arena_id, block.segment_id
+        if key not in slot:
+            slot[key] = len(fds)
+            fds.append(block.fd)
+        parts.append(_BUFFER.pack(block.share(), offset, nbytes, slot[key]))
+    for start in range(0, len(fds), _MAX_FDS):
+        _send_fds(channel, fds[start:start + _MAX_FDS])
+    parts.append(data)
+    return b"".join(parts)
+
+
+def _send_fds(channel, fds):
+    # One byte carries them. No acknowledgement (multiprocessing.reduction
+    # waits for one on macOS): the receiver reads them only after the message
+    # that follows them is in the ring.
+    channel.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def _receive_fds(channel, count):
+    fds = array.array("i")
+    data, ancillary, flags, _ = channel.recvmsg(1, socket.CMSG_SPACE(count * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if data != b"F" or len(fds) != count or flags & socket.MSG_CTRUNC:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError(f"expected {count} shared-memory descriptors from the peer, got {len(fds)}")
+    return list(fds)
+
+
+def sender_of(message):
+    """The sender named by an OOB message."""
+    return _OOB.unpack_from(message)[1]
+
+
+def loads(message, channel=None):
+    """The object in a message from dumps; channel is the socket its descriptors came through."""
+    kind = message[0]
+    if kind == WIRE:
+        return decode(message)
+    if kind != OOB:
+        return pickle.loads(message)
+    _, _, count = _OOB.unpack_from(message)
+    entries = [_BUFFER.unpack_from(message, _OOB.size + i * _BUFFER.size) for i in range(count)]
+    wanted = max(entry[3] for entry in entries) + 1
+    fds = []
+    while len(fds) < wanted:
+        fds += _receive_fds(channel, min(_MAX_FDS, wanted - len(fds)))
+    try:
+        buffers = [memoryview(open_block(ref, fds[index]))[offset:offset + nbytes]
+                   for ref, offset, nbytes, index in entries]
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return pickle.loads(memoryview(message)[_OOB.size + count * _BUFFER.size:], buffers=buffers)
 
 
 def frames(data, sender, limit):

@@ -8,7 +8,7 @@ import time
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, OK, PICKLE, PROTOCOL, RAISED, RETIRING, Reassembler, dumps, frames, loads
+from mizu._protocol import CALL, OK, OOB, PICKLE, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, loads
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -30,7 +30,7 @@ def _send(ring, data, index):
 def _pickling_failed(index, task_id, exc):
     # As the stdlib does: a result that cannot be pickled is replaced by the
     # error that pickling it raised.
-    return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0), PROTOCOL)
+    return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0))
 
 
 def _run_units(fn, units):
@@ -43,7 +43,7 @@ def _run_units(fn, units):
     return outcomes
 
 
-def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
+def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks):
     """Entry point of worker `index`; returns when the client closes its ring or dies."""
     client = _core.PeerWatch(client_pid)
     # A task may run for hours; this thread ends the worker as soon as the
@@ -68,11 +68,11 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
             message = pop(peer=client)
         except (EOFError, _core.PeerDiedError):
             return
-        if message[0] != PICKLE:
+        if message[0] != PICKLE and message[0] != WIRE and message[0] != OOB:
             message = partial.feed(message)
             if message is None:
                 continue
-        kind, task_id, fn_ref, *payload = loads(message)
+        kind, task_id, fn_ref, *payload = loads(message, channel)
         if type(fn_ref) is int:
             fn = registry[fn_ref]
         elif type(fn_ref) is tuple:
@@ -87,7 +87,7 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
             status = RAISED
         try:
-            data = dumps((index, task_id, status, value, clock() - start), PROTOCOL)
+            data = dumps((index, task_id, status, value, clock() - start), index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
@@ -96,5 +96,5 @@ def main(tasks, results, index, client_pid, initializer, initargs, max_tasks):
         _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:
-            _send(results, dumps((index, 0, RETIRING, None, 0.0), PROTOCOL), index)
+            _send(results, dumps((index, 0, RETIRING, None, 0.0)), index)
             return

@@ -4,6 +4,7 @@ They live in a module of their own, importable by name, so that children
 started with spawn or forkserver can unpickle them.
 """
 
+import dataclasses
 import os
 import signal
 import time
@@ -265,3 +266,25 @@ def arrays_in_child(parent_arena_id, report):
     block = mizu.arena_block(arr)[0]
     arena = mizu.default_arena()
     report.send((arena.id != parent_arena_id, block.arena_id == arena.id, float(arr.sum())))
+def describe(value):
+    """What a worker received: type, and for arrays dtype, shape, order and writability."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.flags.f_contiguous and not value.flags.c_contiguous,
+                value.flags.writeable)
+    return (type(value).__name__,)
+
+
+def arange(n, dtype="float64"):
+    import numpy as np
+
+    return np.arange(n, dtype=dtype)
+
+
+@dataclasses.dataclass
+class Holder:
+    """An array inside a dataclass, as tasks receive them."""
+
+    name: str
+    data: object

@@ -1,3 +1,4 @@
+import concurrent.futures as cf
 import multiprocessing
 import os
 import sys
@@ -5,6 +6,8 @@ import time
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+import mizu
 
 # Child processes import their entry points from tests/children.py by name.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -22,6 +25,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def start_method(request):
     """Each multiprocessing start method this platform has."""
     return request.param
+
+
+@pytest.fixture(params=["mizu", "stdlib"])
+def executor_type(request):
+    """mizu's ProcessPoolExecutor, then the stdlib's as the oracle."""
+    return mizu.ProcessPoolExecutor if request.param == "mizu" else cf.ProcessPoolExecutor
+
+
+@pytest.fixture
+def pool(executor_type, start_method):
+    """A two-worker pool of executor_type started with start_method."""
+    with executor_type(2, mp_context=multiprocessing.get_context(start_method)) as ex:
+        yield ex
 
 
 @pytest.fixture(params=["native", "portable"])

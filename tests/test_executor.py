@@ -19,17 +19,6 @@ import children
 import mizu
 
 
-@pytest.fixture(params=["mizu", "stdlib"])
-def executor_type(request):
-    return mizu.ProcessPoolExecutor if request.param == "mizu" else cf.ProcessPoolExecutor
-
-
-@pytest.fixture
-def pool(executor_type, start_method):
-    with executor_type(2, mp_context=multiprocessing.get_context(start_method)) as ex:
-        yield ex
-
-
 def test_mizu_is_a_concurrent_futures_executor():
     assert issubclass(mizu.ProcessPoolExecutor, cf.Executor)
     assert mizu.Executor is mizu.ProcessPoolExecutor

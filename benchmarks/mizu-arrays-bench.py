@@ -1,0 +1,176 @@
+"""numpy arrays through pymizu's pool, side by side with ProcessPoolExecutor and joblib.
+
+Rows: the round trip of a float64 array of 1 MB, 100 MB and 1 GB to one
+worker that returns an array of the same size (as argument and result), for
+mizu with a plain array, mizu with a `mizu.empty` array (the worker returns
+one too), concurrent.futures.ProcessPoolExecutor and joblib's default loky
+backend (which memory-maps large arguments), all in one run; medians and
+mizu's speed-up over each. Then the memory that passing one 1 GB
+`mizu.empty` array to 4 workers adds to all the processes together
+(proportional set sizes, sampled while the workers read it).
+
+Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick]
+"""
+
+import argparse
+import concurrent.futures as cf
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+
+import mizu
+
+
+def same_size(a):
+    """A task's result: a new array of a's size."""
+    return a + 1.0
+
+
+def same_size_shared(a):
+    out = mizu.empty_like(a)
+    np.add(a, 1.0, out=out)
+    return out
+
+
+def quarter_sum(a, part):
+    n = len(a) // 4
+    return float(a[part * n:(part + 1) * n].sum())
+
+
+class JoblibPool:
+    """joblib.Parallel with its default (loky) backend, kept open between calls."""
+
+    def __init__(self, workers):
+        import joblib
+
+        self.joblib = joblib
+        self.parallel = joblib.Parallel(n_jobs=workers)
+
+    def __enter__(self):
+        self.parallel.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.parallel.__exit__(*exc)
+
+    def round_trip(self, fn, a):
+        return self.parallel([self.joblib.delayed(fn)(a)])[0]
+
+
+class FuturesPool:
+    def __init__(self, executor):
+        self.executor = executor
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.executor.shutdown()
+
+    def round_trip(self, fn, a):
+        return self.executor.submit(fn, a).result()
+
+
+def kinds():
+    """(name, make pool, make argument, task)."""
+    return [
+        ("mizu, mizu.empty", lambda: FuturesPool(mizu.ProcessPoolExecutor(1)), mizu.empty, same_size_shared),
+        ("mizu, plain array", lambda: FuturesPool(mizu.ProcessPoolExecutor(1)), np.empty, same_size),
+        ("ProcessPool", lambda: FuturesPool(cf.ProcessPoolExecutor(1)), np.empty, same_size),
+        ("joblib (loky)", lambda: JoblibPool(2), np.empty, same_size),
+    ]
+
+
+def round_trips(sizes, repeats):
+    samples = {}
+    for name, make, allocate, task in kinds():
+        with make() as pool:
+            pool.round_trip(task, allocate(1000))
+            for size in sizes:
+                a = allocate(size // 8)
+                a[:] = 1.0
+                for _ in range(repeats if size < 1 << 30 else max(1, repeats // 2)):
+                    start = time.perf_counter()
+                    back = pool.round_trip(task, a)
+                    samples.setdefault((name, size), []).append(time.perf_counter() - start)
+                    assert back.shape == a.shape
+                    del back
+                del a
+    return samples
+
+
+def pss_total(pids):
+    """Sum of the proportional set sizes of pids, in bytes (shared pages counted once overall)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def memory_for_four_workers(nbytes):
+    """Bytes that reading one shared nbytes array in 4 workers adds to the processes' total, at its peak."""
+    with mizu.ProcessPoolExecutor(4) as ex:
+        list(ex.map(abs, range(8)))
+        pids = [os.getpid(), *ex._processes]
+        a = mizu.empty(nbytes // 8)
+        a[:] = 1.0
+        baseline = pss_total(pids)
+        peak = baseline
+        done = threading.Event()
+
+        def sample():
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, pss_total(pids))
+                time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            total = sum(f.result() for f in [ex.submit(quarter_sum, a, part) for part in range(4)])
+        finally:
+            done.set()
+            sampler.join()
+        assert total == len(a) // 4 * 4
+    return peak - baseline
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each row (default 5; 1 GB rows half)")
+    parser.add_argument("--quick", action="store_true", help="1 MB and 10 MB only, for a smoke test")
+    args = parser.parse_args(argv)
+    sizes = [1 << 20, 10 << 20] if args.quick else [1 << 20, 100 << 20, 1 << 30]
+    samples = round_trips(sizes, args.repeats)
+    names = [k[0] for k in kinds()]
+    print(f"numpy float64 round trips (argument and result of the same size), {time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} CPUs, medians of {args.repeats} runs (ms); speed-up of 'mizu, mizu.empty' over each")
+    print(f"{'size':<8}" + "".join(f"{n:>20}" for n in names) + "".join(f"{'x vs ' + n:>24}" for n in names[1:]))
+    for size in sizes:
+        med = {n: statistics.median(samples[(n, size)]) for n in names}
+        label = f"{size >> 30} GB" if size >= 1 << 30 else f"{size >> 20} MB"
+        print(f"{label:<8}" + "".join(f"{med[n] * 1e3:>20.2f}" for n in names)
+              + "".join(f"{med[n] / med[names[0]]:>23.1f}x" for n in names[1:]))
+    for size in sizes:
+        plain = statistics.median(samples[("mizu, plain array", size)])
+        stdlib = statistics.median(samples[("ProcessPool", size)])
+        print(f"mizu with a plain array vs ProcessPool at {size >> 20} MB: {stdlib / plain:.1f}x")
+    nbytes = sizes[-1]
+    added = memory_for_four_workers(nbytes)
+    print(f"passing one {nbytes >> 20} MB mizu.empty array to 4 workers added {added / 2**20:.1f} MB "
+          f"to the processes' total (PSS) at its peak")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""numpy arrays through the Executor: shared-memory views, checked against the stdlib's copies."""
+
+import gc
+import multiprocessing
+
+import numpy as np
+import pytest
+
+import children
+import mizu
+from mizu._arrays import default_arena
+
+
+def _arrays():
+    big = np.arange(100_000, dtype=np.float64)
+    rows = np.zeros(5000, dtype=[("id", "<i8"), ("score", "<f4"), ("tag", "S3")])
+    rows["id"] = np.arange(5000)
+    readonly = np.arange(20_000, dtype=np.int32)
+    readonly.flags.writeable = False
+    return {
+        "float64": big,
+        "float32 Fortran": np.asfortranarray(np.arange(60_000, dtype=np.float32).reshape(200, 300)),
+        "strided": big[::3],
+        "transposed": big.reshape(400, 250).T,
+        "structured": rows,
+        "datetime64": np.arange(10_000).astype("datetime64[s]"),
+        "complex": np.arange(10_000) * (1 + 2j),
+        "bool": np.arange(50_000) % 3 == 0,
+        "object": np.array([{"a": 1}, None, "text"] * 2000, dtype=object),
+        "zero-size": np.empty((0, 7)),
+        "0-d": np.array(3.5),
+        "read-only": readonly,
+        "small": np.arange(10),
+    }
+
+
+@pytest.mark.parametrize("name", list(_arrays()))
+def test_arrays_round_trip_as_with_the_stdlib(pool, name):
+    array = _arrays()[name]
+    back = pool.submit(children.echo_value, array).result(timeout=60)
+    assert type(back) is np.ndarray
+    assert back.dtype == array.dtype and back.shape == array.shape
+    np.testing.assert_array_equal(back, array)
+    received = pool.submit(children.describe, array).result(timeout=60)
+    assert received[:3] == ("ndarray", array.dtype.str, array.shape)
+
+
+def test_arrays_inside_containers(pool):
+    a, b = np.arange(30_000.0), np.ones((100, 100), dtype=np.int16)
+    value = {"list": [a, (b, "x")], "holder": children.Holder("h", a[::2]), "nested": {"k": [b.T]}}
+    back = pool.submit(children.echo_value, value).result(timeout=60)
+    np.testing.assert_array_equal(back["list"][0], a)
+    np.testing.assert_array_equal(back["list"][1][0], b)
+    assert back["list"][1][1] == "x"
+    assert back["holder"].name == "h"
+    np.testing.assert_array_equal(back["holder"].data, a[::2])
+    np.testing.assert_array_equal(back["nested"]["k"][0], b.T)
+
+
+def test_a_plain_argument_is_a_private_copy(pool):
+    array = np.zeros(100_000)
+    pool.submit(children.fill_slice, array, 0, 10, 7.0).result(timeout=60)
+    assert not array.any()
+
+
+def test_workers_fill_slices_of_one_shared_array(start_method):
+    out = mizu.zeros(1_000_000)
+    with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
+        step = len(out) // 8
+        futures = [ex.submit(children.fill_slice, out, i * step, (i + 1) * step, float(i + 1)) for i in range(8)]
+        for f in futures:
+            f.result(timeout=60)
+    np.testing.assert_array_equal(out, np.repeat(np.arange(1.0, 9.0), step))
+
+
+def test_a_view_of_a_shared_array_is_shared_too(start_method):
+    out = mizu.zeros((100, 1000))
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
+        ex.submit(children.fill_slice, out[10:20], 0, 10, 1.0).result(timeout=60)
+    assert out[10:20].all() and out.sum() == 10 * 1000
+
+
+def test_results_outlive_the_pool(start_method):
+    with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
+        results = [ex.submit(children.arange, 200_000 + i) for i in range(4)]
+        arrays = [f.result(timeout=60) for f in results]
+    del results
+    gc.collect()
+    for i, array in enumerate(arrays):
+        np.testing.assert_array_equal(array, np.arange(200_000 + i, dtype=np.float64))
+        array += 1
+        assert array[0] == 1.0
+
+
+def test_shared_memory_returns_when_the_arrays_are_dropped():
+    arena = default_arena()
+    before = arena.stats()["in_use"]
+    with mizu.ProcessPoolExecutor(2) as ex:
+        for _ in range(20):
+            data = np.random.default_rng(0).random(300_000)
+            assert ex.submit(children.echo_value, data).result(timeout=60).sum() == pytest.approx(data.sum())
+    gc.collect()
+    assert arena.stats()["in_use"] == before
+
+
+def test_an_exhausted_arena_fails_the_task_not_the_pool(monkeypatch):
+    import mizu._arrays
+
+    small = mizu._arena.Arena(segment_size=1 << 20, limit=4 << 20)
+    monkeypatch.setattr(mizu._arrays, "default_arena", lambda: small)
+    with mizu.ProcessPoolExecutor(1) as ex:
+        with pytest.raises(MemoryError, match="MIZU_ARENA_LIMIT"):
+            ex.submit(children.describe, np.zeros(8 << 20, dtype=np.uint8)).result(timeout=60)
+        assert ex.submit(children.describe, np.zeros(1 << 20, dtype=np.uint8)).result(timeout=60)[0] == "ndarray"
+    small.close()
