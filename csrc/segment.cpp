@@ -77,16 +77,20 @@ void reserve(int fd, std::size_t size, const char* dir) {
 #endif
 }
 
-char* map(int fd, std::size_t size) {
+// The creator pre-faults the whole mapping (populate), so a short tmpfs fails
+// here rather than with SIGBUS later. A process attaching to memory that is
+// already reserved faults in only the pages it touches: a peer reading one
+// block of a large segment should not pay for all of it.
+char* map(int fd, std::size_t size, bool populate) {
     int flags = MAP_SHARED;
 #ifdef MAP_POPULATE
-    flags |= MAP_POPULATE;
+    if (populate) flags |= MAP_POPULATE;
 #endif
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, fd, 0);
     if (p == MAP_FAILED) fail_errno(errno, "mmap of " + std::to_string(size) + " bytes");
 #ifndef MAP_POPULATE
     long page = sysconf(_SC_PAGESIZE);
-    for (std::size_t off = 0; off < size; off += std::size_t(page))
+    for (std::size_t off = 0; populate && off < size; off += std::size_t(page))
         static_cast<volatile char*>(p)[off] = static_cast<volatile char*>(p)[off];
 #endif
     return static_cast<char*>(p);
@@ -113,7 +117,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, Wait
     char* base;
     try {
         reserve(fd, size, dir);
-        base = map(fd, size);
+        base = map(fd, size, true);
     } catch (...) {
         close(fd);
         throw;
@@ -148,7 +152,7 @@ std::unique_ptr<Segment> Segment::attach(int fd) {
     if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of fd " + std::to_string(fd));
     char* base;
     try {
-        base = map(own, size);
+        base = map(own, size, false);
     } catch (...) {
         close(own);
         throw;

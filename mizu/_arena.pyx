@@ -25,6 +25,7 @@ from mizu.includes.arena cimport Arena as CArena
 from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
 from mizu.includes.segment cimport Segment as CSegment
 
+import collections
 import operator
 import os
 import re
@@ -59,6 +60,14 @@ cdef class _Mapping:
 
 # (arena id, segment id) -> the _Mapping of that segment in this process.
 _mappings = weakref.WeakValueDictionary()
+
+# The last few segments of other processes' arenas opened here stay mapped
+# after their blocks are gone: a peer that passes block after block from the
+# same segment then costs one mmap, not one per block. Only ordinary
+# segments: a segment made for one large block should go with that block.
+_recent = collections.OrderedDict()
+_RECENT = 8
+_RECENT_BYTES = 2 * DEFAULT_SEGMENT_SIZE
 
 
 cdef _Mapping _mapped(uint64_t arena_id, uint32_t segment_id, shared_ptr[CSegment] seg):
@@ -208,6 +217,11 @@ cdef Block _open(object ref, int fd):
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(fd, r.arena_id, r.segment_id))
         else:
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
+    if m.seg.get().size() <= _RECENT_BYTES:
+        _recent[r.arena_id, r.segment_id] = m
+        _recent.move_to_end((r.arena_id, r.segment_id))
+        if len(_recent) > _RECENT:
+            _recent.popitem(last=False)
     return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length)
 
 
