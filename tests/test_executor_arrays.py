@@ -113,3 +113,13 @@ def test_an_exhausted_arena_fails_the_task_not_the_pool(monkeypatch):
             ex.submit(children.describe, np.zeros(8 << 20, dtype=np.uint8)).result(timeout=60)
         assert ex.submit(children.describe, np.zeros(1 << 20, dtype=np.uint8)).result(timeout=60)[0] == "ndarray"
     small.close()
+
+
+def test_pandas_objects_round_trip(pool):
+    import pandas as pd
+
+    frame = pd.DataFrame({"x": np.arange(50_000.0), "y": np.arange(50_000) % 7, "s": ["a", "b"] * 25_000})
+    back = pool.submit(children.echo_value, frame).result(timeout=60)
+    pd.testing.assert_frame_equal(back, frame)
+    series = frame["x"] * 2
+    pd.testing.assert_series_equal(pool.submit(children.echo_value, series).result(timeout=60), series)
