@@ -65,6 +65,10 @@ cdef class _WorkItem:
         self.future, self.kind, self.fn, self.payload, self.calls = future, kind, fn, payload, calls
 
 
+cdef object _lazy_result = LazyFuture.result
+cdef object _lazy_exception = LazyFuture.exception
+
+
 class _Future(LazyFuture):
     """A concurrent.futures.Future whose waiting caller drains results itself."""
 
@@ -86,10 +90,10 @@ class _Future(LazyFuture):
         return None if deadline is None else max(0.0, deadline - _monotonic())
 
     def result(self, timeout=None):
-        return super().result(self._drain_for(timeout))
+        return _lazy_result(self, self._drain_for(timeout))
 
     def exception(self, timeout=None):
-        return super().exception(self._drain_for(timeout))
+        return _lazy_exception(self, self._drain_for(timeout))
 
 
 cdef class _Worker:
