@@ -704,8 +704,10 @@ class ProcessPoolExecutor(_base.Executor):
         end_time = None if timeout is None else timeout + _monotonic()
         pool = self._pool
         # Units are the stdlib's chunks: an exception stands for its whole
-        # unit. Several units travel as one batch, with no Future per unit.
-        units = _chunks(zip(*iterables), chunksize)
+        # unit. Several units travel as one batch, with no Future per unit;
+        # with chunksize 1 a unit is the argument tuple itself.
+        flat = chunksize == 1
+        units = zip(*iterables) if flat else _chunks(zip(*iterables), chunksize)
         if buffersize is None:
             units = list(units)
             per_batch = pool.batch_size(len(units), chunksize, self._max_workers)
@@ -713,31 +715,34 @@ class ProcessPoolExecutor(_base.Executor):
             per_batch = 1
         batches = _chunks(iter(units), per_batch)
         submit = pool.submit
+
+        def send(batch):
+            return submit(BATCH, fn, (batch, flat), len(batch) if flat else sum(map(len, batch)))
+
         futures = collections.deque(
-            submit(BATCH, fn, (batch,), sum(map(len, batch)))
-            for batch in (batches if buffersize is None else itertools.islice(batches, buffersize)))
+            map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))
 
         def results():
             try:
                 while futures:
                     if buffersize is not None:
-                        for batch in itertools.islice(batches, 1):
-                            futures.append(submit(BATCH, fn, (batch,), len(batch[0])))
+                        futures.extend(map(send, itertools.islice(batches, 1)))
                     future = futures.popleft()
                     try:
-                        outcomes = future.result(None if end_time is None else end_time - _monotonic())
+                        values, failures = future.result(None if end_time is None else end_time - _monotonic())
                     except _base.TimeoutError:
                         future.cancel()
                         raise
                     del future
-                    outcomes.reverse()
-                    while outcomes:
-                        status, values = outcomes.pop()
-                        if status != OK:
-                            raise values
-                        values.reverse()
-                        while values:
-                            yield values.pop()
+                    if failures:
+                        del values[failures[0][0]:]
+                    if flat:
+                        yield from values
+                    else:
+                        for unit in values:
+                            yield from unit
+                    if failures:
+                        raise failures[0][1]
             finally:
                 for future in futures:
                     future.cancel()

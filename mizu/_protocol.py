@@ -6,9 +6,11 @@ pickle (protocol 5):
 
 client -> worker, on the worker's own SpscRing:
     (CALL, task_id, fn_ref, args, kwargs)    run fn(*args, **kwargs)
-    (BATCH, task_id, fn_ref, units)          run map's units, each a list of argument
-                                             tuples; the value is one (OK, [results])
-                                             or (RAISED, exception) per unit
+    (BATCH, task_id, fn_ref, units, flat)    run map's units: with flat, each an argument
+                                             tuple; else each a list of them. The value is
+                                             (values, failures): one value (or list of values)
+                                             per unit, None where the unit raised, and
+                                             (unit index, exception) for each that did
     fn_ref is an int naming a callable the worker has seen, (int, callable)
     to register one, or the callable itself when it cannot be registered.
 

@@ -33,14 +33,15 @@ def _pickling_failed(index, task_id, exc):
     return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0))
 
 
-def _run_units(fn, units):
-    outcomes = []
-    for unit in units:
+def _run_units(fn, units, flat):
+    values, failures = [], []
+    for index, unit in enumerate(units):
         try:
-            outcomes.append((OK, [fn(*args) for args in unit]))
+            values.append(fn(*unit) if flat else [fn(*args) for args in unit])
         except BaseException as exc:
-            outcomes.append((RAISED, _ExceptionWithTraceback(exc, exc.__traceback__)))
-    return outcomes
+            values.append(None)
+            failures.append((index, _ExceptionWithTraceback(exc, exc.__traceback__)))
+    return values, failures
 
 
 def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks):
@@ -81,7 +82,7 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
             fn = fn_ref
         start = clock()
         try:
-            value = fn(*payload[0], **payload[1]) if kind == CALL else _run_units(fn, payload[0])
+            value = fn(*payload[0], **payload[1]) if kind == CALL else _run_units(fn, *payload)
             status = OK
         except BaseException as exc:
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
