@@ -18,7 +18,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
-from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.memory cimport shared_ptr
 
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
@@ -276,7 +276,9 @@ cdef class Arena:
         The first segment cannot be had.
     """
 
-    cdef unique_ptr[CArena] arena
+    # Shared so that an alloc in flight, which holds its own copy with the
+    # GIL released, keeps the arena alive through a close() meanwhile.
+    cdef shared_ptr[CArena] arena
     cdef uint64_t arena_id
     # The mappings of the shared (not dedicated) segments, kept while the
     # arena is open so that allocating does not map them anew.
@@ -295,6 +297,7 @@ cdef class Arena:
         self.arena_id = self.arena.get().id()
         self.segments = {}
 
+    # For calls that keep the GIL, so that close() cannot run under them.
     cdef CArena* _live(self) except NULL:
         if self.arena.get() == NULL:
             raise ValueError("the arena is closed")
@@ -318,16 +321,17 @@ cdef class Arena:
             Called in a forked child of the arena's process.
         """
         cdef size_t n = _non_negative("nbytes", nbytes)
-        cdef CArena* arena = self._live()
+        self._live()
+        cdef shared_ptr[CArena] arena = self.arena
         cdef Allocation a
         with nogil:
-            a = arena.alloc(n)
+            a = arena.get().alloc(n)
         cdef _Mapping m = self.segments.get(a.segment_id)
         if m is None:
             m = _mappings.get((self.arena_id, a.segment_id))
             if m is None:
-                m = _mapped(self.arena_id, a.segment_id, arena.segment(a.segment_id))
-            if not a.dedicated:
+                m = _mapped(self.arena_id, a.segment_id, arena.get().segment(a.segment_id))
+            if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
         return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n)
 

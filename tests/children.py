@@ -246,3 +246,30 @@ def arena_alloc_in_fork(arena, report):
         report.send(str(exc))
     else:
         report.send(None)
+
+
+def arena_close_race(trials):
+    """Close arenas while another thread is inside alloc, mapping a segment with the GIL released."""
+    import threading
+    import time
+
+    from mizu import _arena
+
+    for _ in range(trials):
+        arena = _arena.Arena(segment_size=1 << 16, limit=1 << 30)
+        started = threading.Event()
+
+        def work():
+            started.set()
+            try:
+                while True:
+                    arena.alloc(8 << 20)
+            except ValueError:
+                pass
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        started.wait()
+        time.sleep(0.002)
+        arena.close()
+        thread.join()

@@ -277,6 +277,17 @@ def test_threads_share_an_arena():
     assert_empty(arena)
 
 
+def test_closing_while_another_thread_allocates():
+    """close() waits for no alloc in flight, and the alloc must not use the arena it freed."""
+    child = multiprocessing.get_context("fork").Process(target=children.arena_close_race, args=(20,))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+
+
 def test_pickled_block_crosses_every_start_method(start_method):
     ctx = multiprocessing.get_context(start_method)
     arena = _arena.Arena(segment_size=1 << 20)
