@@ -281,7 +281,8 @@ cdef class Arena:
     cdef shared_ptr[CArena] arena
     cdef uint64_t arena_id
     # The mappings of the shared (not dedicated) segments, kept while the
-    # arena is open so that allocating does not map them anew.
+    # arena is open so that allocating does not map them anew; those of the
+    # segments the arena retires are dropped.
     cdef dict segments
 
     def __init__(self, *, segment_size=DEFAULT_SEGMENT_SIZE, limit=None, dir=None):
@@ -328,12 +329,22 @@ cdef class Arena:
             a = arena.get().alloc(n)
         cdef _Mapping m = self.segments.get(a.segment_id)
         if m is None:
+            # A new segment: the arena may have retired others to make room.
+            self._forget_retired(arena.get())
             m = _mappings.get((self.arena_id, a.segment_id))
             if m is None:
                 m = _mapped(self.arena_id, a.segment_id, arena.get().segment(a.segment_id))
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
         return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n)
+
+    cdef _forget_retired(self, CArena* arena):
+        cdef uint32_t segment_id
+        cdef shared_ptr[CSegment] seg
+        for segment_id in list(self.segments):
+            seg = arena.segment(segment_id)
+            if seg.get() == NULL:
+                del self.segments[segment_id]
 
     def drain(self):
         """drain()

@@ -2,6 +2,7 @@
 
 import multiprocessing
 import pickle
+import sys
 import threading
 
 import numpy as np
@@ -286,6 +287,28 @@ def test_closing_while_another_thread_allocates():
         child.kill()
         child.join()
     assert child.exitcode == 0
+
+
+def segment_mappings():
+    with open("/proc/self/maps") as maps:
+        return sum("memfd:mizu" in line for line in maps)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="counts memfd mappings in /proc/self/maps")
+def test_segments_the_arena_retires_are_unmapped():
+    arena = _arena.Arena(segment_size=1 << 16, limit=1 << 18)
+    before = segment_mappings()
+    for _ in range(5):
+        blocks = []
+        with pytest.raises(MemoryError):
+            while True:
+                blocks.append(arena.alloc(10000))
+        del blocks
+        big = arena.alloc(200000)  # retires the four empty segments
+        del big
+        assert arena.stats()["capacity"] == 0
+        assert segment_mappings() < before  # every segment, the first one too, is gone
+    assert_empty(arena)
 
 
 def test_pickled_block_crosses_every_start_method(start_method):
