@@ -99,11 +99,13 @@ cdef class Block:
     cdef readonly uint64_t offset
     cdef uint64_t length
     cdef readonly uint32_t segment_id
+    cdef uint32_t generation
     cdef int holder  # the process whose reference this is
 
     @staticmethod
-    cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length):
-        cdef char* data = block_data(mapping.seg.get()[0], offset, length)
+    cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length,
+                     uint32_t generation):
+        cdef char* data = block_data(mapping.seg.get()[0], offset, length, generation)
         cdef Block self = Block.__new__(Block)
         self.mapping = mapping
         self.data = data
@@ -111,6 +113,7 @@ cdef class Block:
         self.segment_id = segment_id
         self.offset = offset
         self.length = length
+        self.generation = generation
         self.holder = current_pid()
         return self
 
@@ -175,7 +178,7 @@ cdef class Block:
         ref.segment_id = self.segment_id
         ref.pid = self.holder
         ref.fd = self.mapping.seg.get().fd()
-        ref.reserved = 0
+        ref.generation = self.generation
         return PyBytes_FromStringAndSize(<char*>&ref, sizeof(ref))
 
     def __reduce__(self):
@@ -203,7 +206,7 @@ cdef Block _open(object ref, int fd):
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(fd, r.arena_id, r.segment_id))
         else:
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
-    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length)
+    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
 
 
 def open_block(ref, fd=None):
@@ -228,7 +231,9 @@ def open_block(ref, fd=None):
     Raises
     ------
     ValueError
-        `ref` is no block reference, or its block has no references left.
+        `ref` is no block reference or names no block of its segment, or
+        its block has no references left (it was opened already, or its
+        block was released and perhaps reused).
     OSError
         The segment cannot be reached.
     """
@@ -314,8 +319,8 @@ cdef class Arena:
         Raises
         ------
         MemoryError
-            The arena's limit leaves no room; the message says how much is
-            left and how to raise the limit.
+            The arena's limit leaves no room (the message says how much is
+            left and how to raise the limit), or no block can be that large.
         ValueError
             `nbytes` is negative, or the arena is closed.
         RuntimeError
@@ -336,7 +341,7 @@ cdef class Arena:
                 m = _mapped(self.arena_id, a.segment_id, arena.get().segment(a.segment_id))
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
-        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n)
+        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
 
     cdef _forget_retired(self, CArena* arena):
         cdef uint32_t segment_id

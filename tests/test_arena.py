@@ -2,6 +2,7 @@
 
 import multiprocessing
 import pickle
+import struct
 import sys
 import threading
 
@@ -252,6 +253,77 @@ def test_bad_arguments_and_references_are_rejected():
     assert arena.closed
     with pytest.raises(ValueError, match="the arena is closed"):
         arena.alloc(1)
+
+
+REF_FIELDS = ("arena_id", "offset", "length", "segment_id", "pid", "fd", "generation")
+
+
+def altered(ref, **changes):
+    """The block reference `ref` with some of its fields changed."""
+    fields = dict(zip(REF_FIELDS, struct.unpack("QQQIiiI", ref)))
+    fields.update(changes)
+    return struct.pack("QQQIiiI", *fields.values())
+
+
+def test_a_stale_reference_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(1000)
+    ref = block.share()
+    offset = block.offset
+    del block
+    _arena.open_block(ref)  # adopted and dropped: the block is free
+    reused = arena.alloc(1000)
+    assert reused.offset == offset
+    with pytest.raises(ValueError, match="no references left"):
+        _arena.open_block(ref)
+    assert reused.refs == 1
+    del reused
+    assert_empty(arena)
+
+
+def test_a_reference_to_a_free_block_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(4096)
+    np.frombuffer(block, np.uint64)[:] = 1
+    del block
+    block = arena.alloc(1024)  # the rest of the old block, ones and all, is a free block again
+    ref = block.share()
+    rest = block.offset + 1024 + 128
+    for generation in (0, struct.unpack("QQQIiiI", ref)[-1]):
+        with pytest.raises(ValueError, match="no references left"):
+            _arena.open_block(altered(ref, offset=rest, length=100, generation=generation))
+    _arena.open_block(ref)
+    del block
+    assert_empty(arena)
+
+
+def test_a_garbled_reference_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(100)  # room for 128 bytes
+    ref = block.share()
+    for changes in (
+        dict(length=2**64 - 1),
+        dict(length=2**64 - 100),
+        dict(length=2**63),
+        dict(length=60000),
+        dict(length=129),
+        dict(offset=block.offset + 64),
+        dict(offset=1 << 40),
+        dict(offset=2**64 - 128),
+    ):
+        with pytest.raises(ValueError, match="the block reference is invalid"):
+            _arena.open_block(altered(ref, **changes))
+    assert _arena.open_block(ref).refs == 2
+    del block
+    assert_empty(arena)
+
+
+def test_a_request_no_block_can_hold_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16, limit=2**64 - 1)
+    for n in (2**64 - 1, 2**64 - 128, 2**63):
+        with pytest.raises(MemoryError, match=f"cannot allocate {n} bytes: no block can hold more than"):
+            arena.alloc(n)
+    assert_empty(arena)
 
 
 def test_threads_share_an_arena():
