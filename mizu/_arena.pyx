@@ -36,6 +36,8 @@ __all__ = ["Arena", "Block", "open_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
 REF_SIZE = sizeof(BlockRef)
 DEFAULT_SEGMENT_SIZE = 32 << 20
 
+_INHERITED = "this block was inherited through fork and holds no reference in this process"
+
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -80,8 +82,13 @@ cdef class Block:
     object is collected its reference is dropped, and the last reference
     dropped in any process returns the block to its arena.
 
-    A block inherited through ``fork`` holds no reference in the child: use
-    `share` and `open_block` to give a child one.
+    A block inherited through ``fork`` holds no reference in the child, and
+    refuses to export its buffer there (`BufferError`): the parent may free
+    it at any time. That includes a block passed to a ``multiprocessing``
+    ``Process`` under the fork start method, which hands the child the
+    parent's object rather than a pickled copy. Send the block through a
+    ``multiprocessing`` pipe or queue instead, which pickles it, or `share`
+    it in the parent and `open_block` the description in the child.
 
     Attributes
     ----------
@@ -125,6 +132,10 @@ cdef class Block:
             release_block(self.mapping.seg.get().base(), self.offset)
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if self.holder != current_pid():
+            raise BufferError(_INHERITED + "; its memory may be reused at any time. Pickle it to the child through "
+                              "a multiprocessing pipe or queue, or share() it in the parent and open_block() the "
+                              "description in the child")
         PyBuffer_FillInfo(buffer, self, self.data, self.length, 0, flags)
 
     def __len__(self):
@@ -169,8 +180,7 @@ cdef class Block:
         """
         cdef BlockRef ref
         if self.holder != current_pid():
-            raise RuntimeError("this block was inherited through fork and holds no reference in this process; "
-                               "share it from the process that allocated or opened it")
+            raise RuntimeError(_INHERITED + "; share it from the process that allocated or opened it")
         retain_block(self.mapping.seg.get().base(), self.offset)
         ref.arena_id = self.arena_id
         ref.offset = self.offset

@@ -230,13 +230,20 @@ def arena_shared(arena, n, tag):
     return block.share()
 
 
-def arena_check_block(box, tag, report):
-    """Report whether the block passed in box holds its pattern, and its reference count; then drop it.
+def arena_check_sent_block(conn, tag):
+    """Receive a block through conn, answer whether it holds its pattern and its reference count; then drop it."""
+    block = conn.recv()
+    conn.send((arena_intact(block, tag), block.refs))
 
-    The block comes in a list so that it can be dropped: a Process keeps its arguments to the end.
-    """
-    block = box.pop()
-    report.send((arena_intact(block, tag), block.refs))
+
+def arena_view_in_fork(block, report):
+    """Report the error viewing a block inherited through fork raises, or None."""
+    try:
+        memoryview(block)
+    except BufferError as exc:
+        report.send(str(exc))
+    else:
+        report.send(None)
 
 
 def arena_alloc_in_fork(arena, report):

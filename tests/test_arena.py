@@ -388,15 +388,15 @@ def test_pickled_block_crosses_every_start_method(start_method):
     arena = _arena.Arena(segment_size=1 << 20)
     block = arena.alloc(300000)
     arena_fill(block, 5)
-    report, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=children.arena_check_block, args=([block], 5, there))
+    conn, there = ctx.Pipe()
+    child = ctx.Process(target=children.arena_check_sent_block, args=(there, 5))
     child.start()
-    assert report.poll(60)
-    intact, refs = report.recv()
+    conn.send(block)
+    assert conn.poll(60)
+    intact, refs = conn.recv()
     child.join(30)
     assert intact and child.exitcode == 0
-    # fork hands the child the parent's object, which holds no reference there.
-    assert refs == (1 if start_method == "fork" else 2)
+    assert refs == 2
     assert block.refs == 1
     del block
     assert_empty(arena)
@@ -441,14 +441,31 @@ def test_the_owner_closing_leaves_the_receivers_block_valid():
     assert peer.stop() == 0
 
 
-def test_a_forked_child_cannot_allocate_from_its_parents_arena():
+def report_of_forked_child(target, arg):
+    """What target(arg, report) sends on report, run in a forked child."""
     ctx = multiprocessing.get_context("fork")
-    arena = _arena.Arena(segment_size=1 << 16)
     report, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=children.arena_alloc_in_fork, args=(arena, there))
+    child = ctx.Process(target=target, args=(arg, there))
     child.start()
     assert report.poll(60)
     message = report.recv()
     child.join(30)
+    return message
+
+
+def test_a_block_inherited_through_fork_exports_no_buffer():
+    """A Process argument under fork is the parent's object, not a pickled copy: it holds no reference."""
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(1000)
+    message = report_of_forked_child(children.arena_view_in_fork, block)
+    assert message and "inherited through fork" in message and "open_block" in message
+    assert block.refs == 1
+    del block
+    assert_empty(arena)
+
+
+def test_a_forked_child_cannot_allocate_from_its_parents_arena():
+    arena = _arena.Arena(segment_size=1 << 16)
+    message = report_of_forked_child(children.arena_alloc_in_fork, arena)
     assert message and "forked child must create an arena of its own" in message
     assert_empty(arena)
