@@ -45,6 +45,13 @@ uint64_t random_id() {
     return id;
 }
 
+// attach_arena_segment, its errors naming the segment `name`.
+std::shared_ptr<Segment> attach_named(int fd, const std::string& name, uint64_t arena_id, uint32_t segment_id) {
+    std::shared_ptr<Segment> seg = Segment::attach(fd, name);
+    arena_header(*seg, arena_id, segment_id);
+    return seg;
+}
+
 }  // namespace
 
 int current_pid() noexcept {
@@ -121,9 +128,7 @@ uint64_t block_refs(const char* base, uint64_t offset) noexcept {
 }
 
 std::shared_ptr<Segment> attach_arena_segment(int fd, uint64_t arena_id, uint32_t segment_id) {
-    std::shared_ptr<Segment> seg = Segment::attach(fd);
-    arena_header(*seg, arena_id, segment_id);
-    return seg;
+    return attach_named(fd, {}, arena_id, segment_id);
 }
 
 std::shared_ptr<Segment> attach_arena_segment(int pid, int fd, uint64_t arena_id, uint32_t segment_id) {
@@ -137,7 +142,7 @@ std::shared_ptr<Segment> attach_arena_segment(int pid, int fd, uint64_t arena_id
                                     ": the process that shared the block must keep it until the reference is opened; "
                                     "or pickle the block through multiprocessing, which passes the descriptor");
     try {
-        std::shared_ptr<Segment> seg = attach_arena_segment(own, arena_id, segment_id);
+        std::shared_ptr<Segment> seg = attach_named(own, path, arena_id, segment_id);
         close(own);
         return seg;
     } catch (...) {

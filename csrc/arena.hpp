@@ -50,6 +50,11 @@ constexpr std::size_t kBlockAlign = kFalseSharingRange;
 // must fit in a size_t, and its length in a Py_ssize_t.
 constexpr std::size_t kMaxBlockBytes = std::size_t(PTRDIFF_MAX) - 2 * kBlockAlign;
 
+// Other processes change headers through these, which must therefore work
+// without a lock: a lock would live in the memory of one process only.
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "cross-process atomics need lock-free 64- and 32-bit atomics");
+
 struct BlockHeader {
     uint64_t size;       // the whole block, header included; 0 never occurs
     uint64_t prev_size;  // size of the block to the left, 0 for the first

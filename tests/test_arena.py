@@ -1,6 +1,7 @@
 """The shared arena against a model: blocks never overlap, keep their bytes, and all come back."""
 
 import multiprocessing
+import os
 import pickle
 import struct
 import sys
@@ -314,6 +315,19 @@ def test_a_garbled_reference_is_refused():
         with pytest.raises(ValueError, match="the block reference is invalid"):
             _arena.open_block(altered(ref, **changes))
     assert _arena.open_block(ref).refs == 2
+    del block
+    assert_empty(arena)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reaches the segment through /proc")
+def test_a_reference_naming_no_segment_says_which_path_it_tried():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(10)
+    ref = block.share()
+    with open(os.devnull, "rb") as other:
+        with pytest.raises(ValueError, match=rf"/proc/{os.getpid()}/fd/{other.fileno()} is not a mizu shared segment"):
+            _arena.open_block(altered(ref, arena_id=arena.id ^ 1, fd=other.fileno()))
+    _arena.open_block(ref)
     del block
     assert_empty(arena)
 

@@ -466,6 +466,19 @@ void arena_bad_references() {
               std::string::npos);
     }
     check_empty(huge);
+
+#if defined(__linux__)
+    int devnull = open("/dev/null", O_RDONLY);
+    message.clear();
+    try {
+        attach_arena_segment(current_pid(), devnull, arena.id(), 0);
+    } catch (const std::invalid_argument& e) {
+        message = e.what();
+    }
+    close(devnull);
+    CHECK(message == "/proc/" + std::to_string(current_pid()) + "/fd/" + std::to_string(devnull) +
+                         " is not a mizu shared segment");
+#endif
 }
 
 // Threads allocate from one arena and hand each block to a releaser thread
