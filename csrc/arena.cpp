@@ -45,6 +45,13 @@ uint64_t random_id() {
     return id;
 }
 
+// attach_arena_segment, its errors naming the segment `name`.
+std::shared_ptr<Segment> attach_named(int fd, const std::string& name, uint64_t arena_id, uint32_t segment_id) {
+    std::shared_ptr<Segment> seg = Segment::attach(fd, name);
+    arena_header(*seg, arena_id, segment_id);
+    return seg;
+}
+
 }  // namespace
 
 int current_pid() noexcept {
@@ -68,14 +75,29 @@ ArenaSegmentHeader& arena_header(const Segment& seg, uint64_t arena_id, uint32_t
     return *a;
 }
 
-char* block_data(const Segment& seg, uint64_t offset, uint64_t length) {
-    if (offset < kHeapOffset + kBlockAlign || offset % kBlockAlign != 0)
-        throw std::invalid_argument("offset " + std::to_string(offset) + " is no block's data in an arena segment");
-    char* data = seg.at(offset - kBlockAlign, kBlockAlign + length) + kBlockAlign;
-    if (block_refs(seg.base(), offset) == 0)
+char* block_data(const Segment& seg, uint64_t offset, uint64_t length, uint32_t generation) {
+    const auto* a = reinterpret_cast<const ArenaSegmentHeader*>(seg.at(kArenaHeaderOffset, sizeof(ArenaSegmentHeader)));
+    auto invalid = [&] {
+        return std::invalid_argument("the block reference is invalid: offset " + std::to_string(offset) +
+                                     " and length " + std::to_string(length) + " name no block of segment " +
+                                     std::to_string(a->segment_id) + " of arena " + hex(a->arena_id));
+    };
+    // Lengths are compared with what is left, never added to an offset.
+    if (offset % kBlockAlign != 0 || offset < a->heap_begin + kBlockAlign || offset > a->heap_end ||
+        length > a->heap_end - offset)
+        throw invalid();
+    char* base = seg.base();
+    const BlockHeader& blk = header_of(base, offset - kBlockAlign);
+    // relaxed: a reference adopted rightly was published, by whatever carried
+    // it, after its block's generation was set; a stale one reads another
+    // generation, or 0 for a free block.
+    if (generation == 0 || blk.generation.load(std::memory_order_relaxed) != generation ||
+        block_refs(base, offset) == 0)
         throw std::invalid_argument("the block at offset " + std::to_string(offset) +
                                     " has no references left: a block reference was opened twice or after its release");
-    return data;
+    // The reference keeps the block, so its size stays put.
+    if (length > blk.size - kBlockAlign) throw invalid();
+    return base + offset;
 }
 
 void retain_block(char* base, uint64_t offset) noexcept {
@@ -106,9 +128,7 @@ uint64_t block_refs(const char* base, uint64_t offset) noexcept {
 }
 
 std::shared_ptr<Segment> attach_arena_segment(int fd, uint64_t arena_id, uint32_t segment_id) {
-    std::shared_ptr<Segment> seg = Segment::attach(fd);
-    arena_header(*seg, arena_id, segment_id);
-    return seg;
+    return attach_named(fd, {}, arena_id, segment_id);
 }
 
 std::shared_ptr<Segment> attach_arena_segment(int pid, int fd, uint64_t arena_id, uint32_t segment_id) {
@@ -122,7 +142,7 @@ std::shared_ptr<Segment> attach_arena_segment(int pid, int fd, uint64_t arena_id
                                     ": the process that shared the block must keep it until the reference is opened; "
                                     "or pickle the block through multiprocessing, which passes the descriptor");
     try {
-        std::shared_ptr<Segment> seg = attach_arena_segment(own, arena_id, segment_id);
+        std::shared_ptr<Segment> seg = attach_named(own, path, arena_id, segment_id);
         close(own);
         return seg;
     } catch (...) {
@@ -163,6 +183,7 @@ public:
         a->heap_end = end_ = seg_->size();
         a->remote_free.store(0, std::memory_order_relaxed);
         top_ = &a->remote_free;
+        begin_ = begin;
         make_header(begin, end_ - begin, 0);
         insert(begin);
     }
@@ -204,15 +225,27 @@ public:
             insert(found + size);
         }
         blk.is_free = 0;
+        if (++generation_ == 0) ++generation_;
         // relaxed: the block reaches other threads and processes only through
-        // a later release operation (a ring push, a pipe) that publishes this.
+        // a later release operation (a ring push, a pipe) that publishes these.
+        blk.generation.store(generation_, std::memory_order_relaxed);
         blk.refs.store(1, std::memory_order_relaxed);
         in_use_ += blk.size;
         ++blocks_;
         return found;
     }
 
-    // Frees every block on the remote-free stack; returns how many.
+    // The generation of the block at `block`, allocated by this thread.
+    uint32_t generation(uint64_t block) const noexcept {
+        // relaxed: this thread stored it.
+        return at(block).generation.load(std::memory_order_relaxed);
+    }
+
+    // Frees every block on the remote-free stack; returns how many. An
+    // entry that is no live block (a release through a garbled reference)
+    // is skipped, and one outside the heap ends the walk, its link being
+    // unreadable; at most as many entries as the heap has room for blocks
+    // are taken, so a cycle ends too.
     std::size_t drain() noexcept {
         // relaxed: a hint; a push this misses is taken on the next call.
         if (top_->load(std::memory_order_relaxed) == 0) return 0;
@@ -220,11 +253,16 @@ public:
         // last uses of the blocks happen before the blocks are reused.
         uint64_t block = top_->exchange(0, std::memory_order_acquire);
         std::size_t n = 0;
-        while (block) {
-            uint64_t next = at(block).next_remote;
-            free(block);
+        for (uint64_t left = (end_ - begin_) / kBlockAlign; block && left; --left) {
+            if (block < begin_ || block >= end_ || block % kBlockAlign != 0) break;
+            BlockHeader& blk = at(block);
+            uint64_t next = blk.next_remote;
+            // relaxed: the exchange above synchronized with the last release.
+            if (!blk.is_free && blk.refs.load(std::memory_order_relaxed) == 0) {
+                free(block);
+                ++n;
+            }
             block = next;
-            ++n;
         }
         return n;
     }
@@ -237,6 +275,10 @@ private:
         h.size = size;
         h.prev_size = prev_size;
         h.is_free = 0;
+        // relaxed: no reference names the new header yet; one comes through a
+        // release operation that publishes the header with it.
+        h.generation.store(0, std::memory_order_relaxed);
+        h.refs.store(0, std::memory_order_relaxed);
     }
 
     void set_prev_size(uint64_t block, uint64_t prev_size) noexcept {
@@ -245,6 +287,12 @@ private:
 
     // Merges the block with its free neighbours and files the result.
     void free(uint64_t block) noexcept {
+        // Marked free at once, so that the header, should its left neighbour
+        // absorb it, still refuses references and a second free.
+        at(block).is_free = 1;
+        // relaxed: only stale references read it now, and refs, already 0,
+        // refuses them whichever value they see.
+        at(block).generation.store(0, std::memory_order_relaxed);
         uint64_t size = at(block).size;
         in_use_ -= size;
         --blocks_;
@@ -293,9 +341,11 @@ private:
     std::shared_ptr<Segment> seg_;
     char* base_;
     std::atomic<uint64_t>* top_;
+    uint64_t begin_;
     uint64_t end_;
     uint32_t id_;
     bool dedicated_;
+    uint32_t generation_ = 0;  // of the last allocation
     uint64_t bins_[kBins] = {};
     uint64_t nonempty_ = 0;  // bit b set when bins_[b] is non-empty
     std::size_t in_use_ = 0, blocks_ = 0, free_bytes_ = 0, free_blocks_ = 0;
@@ -334,15 +384,20 @@ Heap& Arena::add_segment(std::size_t bytes, bool dedicated) {
 
 Allocation Arena::alloc(std::size_t bytes) {
     check_owner();
+    if (bytes > kMaxBlockBytes)
+        throw OutOfSharedMemory("the shared arena cannot allocate " + std::to_string(bytes) +
+                                " bytes: no block can hold more than " + std::to_string(kMaxBlockBytes) + " bytes");
     std::lock_guard<std::mutex> lock(mu_);
     drain_locked();
     if (bytes > limit_) throw_full(bytes);
     uint64_t size = round_up(bytes, kBlockAlign) + kBlockAlign;
     for (auto& heap : heaps_)
         if (!heap->dedicated())
-            if (uint64_t block = heap->alloc(size)) return {heap->id(), false, block + kBlockAlign};
+            if (uint64_t block = heap->alloc(size))
+                return {heap->id(), false, block + kBlockAlign, heap->generation(block)};
     Heap& heap = grow(size, bytes);
-    return {heap.id(), heap.dedicated(), heap.alloc(size) + kBlockAlign};
+    uint64_t block = heap.alloc(size);
+    return {heap.id(), heap.dedicated(), block + kBlockAlign, heap.generation(block)};
 }
 
 Heap& Arena::grow(std::size_t block_size, std::size_t bytes) {

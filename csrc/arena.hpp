@@ -46,13 +46,24 @@ constexpr uint64_t kArenaMagic = 0x414e4552415a494dULL;  // "MIZARENA"
 // block does not slow down writers of another.
 constexpr std::size_t kBlockAlign = kFalseSharingRange;
 
+// The most data a block can hold: its size, header and rounding included,
+// must fit in a size_t, and its length in a Py_ssize_t.
+constexpr std::size_t kMaxBlockBytes = std::size_t(PTRDIFF_MAX) - 2 * kBlockAlign;
+
+// Other processes change headers through these, which must therefore work
+// without a lock: a lock would live in the memory of one process only.
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "cross-process atomics need lock-free 64- and 32-bit atomics");
+
 struct BlockHeader {
     uint64_t size;       // the whole block, header included; 0 never occurs
     uint64_t prev_size;  // size of the block to the left, 0 for the first
     uint64_t next_free;  // free-list links (block offsets, 0 ends the list);
     uint64_t prev_free;  // meaningful only while the block is free
     uint32_t is_free;
-    uint32_t reserved;
+    // Which allocation of its heap the block serves, never 0; 0 while the
+    // block is free. References carry it, so a stale one is refused.
+    std::atomic<uint32_t> generation;
     std::atomic<uint64_t> refs;  // references held anywhere; the only field other processes change
     uint64_t next_remote;        // link in the remote-free stack, written by the pusher
 };
@@ -85,7 +96,7 @@ struct BlockRef {
     uint32_t segment_id;
     int32_t pid;
     int32_t fd;
-    uint32_t reserved;
+    uint32_t generation;  // the block's, when the reference was taken
 };
 
 // This process's id, cached (and forgotten across fork), since getpid() is a
@@ -107,8 +118,10 @@ void release_block(char* base, uint64_t offset) noexcept;
 uint64_t block_refs(const char* base, uint64_t offset) noexcept;
 
 // The address of the data of the block at `offset` with `length` bytes,
-// checked to lie in the segment's heap and to be referenced.
-char* block_data(const Segment& seg, uint64_t offset, uint64_t length);
+// checked to be a block of the segment's heap with room for `length`, still
+// in the allocation `generation` and referenced. Throws
+// std::invalid_argument for a garbled or stale reference.
+char* block_data(const Segment& seg, uint64_t offset, uint64_t length, uint32_t generation);
 
 // Maps the arena segment behind `fd` (which stays the caller's) and checks
 // it is the one named.
@@ -134,6 +147,7 @@ struct Allocation {
     uint32_t segment_id;
     bool dedicated;   // the block has its segment to itself
     uint64_t offset;  // of the data
+    uint32_t generation;
 };
 
 struct ArenaStats {
@@ -158,7 +172,8 @@ public:
 
     // A block with `bytes` of data, its one reference the caller's. Frees
     // what other processes returned first. Throws OutOfSharedMemory when the
-    // limit leaves no room, std::logic_error in a forked child.
+    // limit leaves no room or `bytes` exceeds kMaxBlockBytes,
+    // std::logic_error in a forked child.
     Allocation alloc(std::size_t bytes);
 
     // Frees every block whose last reference was dropped; returns how many.

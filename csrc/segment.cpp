@@ -134,10 +134,11 @@ std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, Wait
     return std::unique_ptr<Segment>(new Segment(fd, base, size));
 }
 
-std::unique_ptr<Segment> Segment::attach(int fd) {
+std::unique_ptr<Segment> Segment::attach(int fd, const std::string& name) {
+    std::string what = name.empty() ? "fd " + std::to_string(fd) : name;
     struct stat st;
-    if (fstat(fd, &st) != 0) throw std::system_error(errno, std::generic_category(), "fstat of fd " + std::to_string(fd));
-    std::string not_ours = "fd " + std::to_string(fd) + " is not a mizu shared segment";
+    if (fstat(fd, &st) != 0) throw std::system_error(errno, std::generic_category(), "fstat of " + what);
+    std::string not_ours = what + " is not a mizu shared segment";
 #if defined(__APPLE__)
     // A POSIX shm object is no regular file there and cannot be pread.
     if (std::size_t(st.st_size) < sizeof(SegmentHeader)) throw std::invalid_argument(not_ours);
@@ -149,7 +150,7 @@ std::unique_ptr<Segment> Segment::attach(int fd) {
 #endif
     std::size_t size = std::size_t(st.st_size);
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of fd " + std::to_string(fd));
+    if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of " + what);
     char* base;
     try {
         base = map(own, size, false);
@@ -167,7 +168,7 @@ std::unique_ptr<Segment> Segment::attach(int fd) {
     if (h->version != kSegmentVersion) {
         munmap(base, size);
         close(own);
-        throw std::invalid_argument("fd " + std::to_string(fd) + " holds a mizu segment of layout version " +
+        throw std::invalid_argument(what + " holds a mizu segment of layout version " +
                                     std::to_string(h->version) + ", this build reads version " +
                                     std::to_string(kSegmentVersion) + "; use one mizu build for the whole pool");
     }

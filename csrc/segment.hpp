@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "layout.hpp"
 #include "waiter.hpp"
@@ -43,7 +44,8 @@ public:
 
     // Maps the segment behind fd (a duplicate is kept; fd stays the
     // caller's). Throws std::invalid_argument if fd holds no mizu segment.
-    static std::unique_ptr<Segment> attach(int fd);
+    // Errors name the segment `name` if given, else "fd <fd>".
+    static std::unique_ptr<Segment> attach(int fd, const std::string& name = {});
 
     ~Segment();
     Segment(const Segment&) = delete;

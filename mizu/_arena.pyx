@@ -18,7 +18,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
-from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.memory cimport shared_ptr
 
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
@@ -36,6 +36,8 @@ __all__ = ["Arena", "Block", "open_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
 
 REF_SIZE = sizeof(BlockRef)
 DEFAULT_SEGMENT_SIZE = 32 << 20
+
+_INHERITED = "this block was inherited through fork and holds no reference in this process"
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -89,8 +91,13 @@ cdef class Block:
     object is collected its reference is dropped, and the last reference
     dropped in any process returns the block to its arena.
 
-    A block inherited through ``fork`` holds no reference in the child: use
-    `share` and `open_block` to give a child one.
+    A block inherited through ``fork`` holds no reference in the child, and
+    refuses to export its buffer there (`BufferError`): the parent may free
+    it at any time. That includes a block passed to a ``multiprocessing``
+    ``Process`` under the fork start method, which hands the child the
+    parent's object rather than a pickled copy. Send the block through a
+    ``multiprocessing`` pipe or queue instead, which pickles it, or `share`
+    it in the parent and `open_block` the description in the child.
 
     Attributes
     ----------
@@ -108,11 +115,13 @@ cdef class Block:
     cdef readonly uint64_t offset
     cdef uint64_t length
     cdef readonly uint32_t segment_id
+    cdef uint32_t generation
     cdef int holder  # the process whose reference this is
 
     @staticmethod
-    cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length):
-        cdef char* data = block_data(mapping.seg.get()[0], offset, length)
+    cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length,
+                     uint32_t generation):
+        cdef char* data = block_data(mapping.seg.get()[0], offset, length, generation)
         cdef Block self = Block.__new__(Block)
         self.mapping = mapping
         self.data = data
@@ -120,6 +129,7 @@ cdef class Block:
         self.segment_id = segment_id
         self.offset = offset
         self.length = length
+        self.generation = generation
         self.holder = current_pid()
         return self
 
@@ -131,6 +141,10 @@ cdef class Block:
             release_block(self.mapping.seg.get().base(), self.offset)
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if self.holder != current_pid():
+            raise BufferError(_INHERITED + "; its memory may be reused at any time. Pickle it to the child through "
+                              "a multiprocessing pipe or queue, or share() it in the parent and open_block() the "
+                              "description in the child")
         PyBuffer_FillInfo(buffer, self, self.data, self.length, 0, flags)
 
     def __len__(self):
@@ -180,8 +194,7 @@ cdef class Block:
         """
         cdef BlockRef ref
         if self.holder != current_pid():
-            raise RuntimeError("this block was inherited through fork and holds no reference in this process; "
-                               "share it from the process that allocated or opened it")
+            raise RuntimeError(_INHERITED + "; share it from the process that allocated or opened it")
         retain_block(self.mapping.seg.get().base(), self.offset)
         ref.arena_id = self.arena_id
         ref.offset = self.offset
@@ -189,7 +202,7 @@ cdef class Block:
         ref.segment_id = self.segment_id
         ref.pid = self.holder
         ref.fd = self.mapping.seg.get().fd()
-        ref.reserved = 0
+        ref.generation = self.generation
         return PyBytes_FromStringAndSize(<char*>&ref, sizeof(ref))
 
     def __reduce__(self):
@@ -222,7 +235,7 @@ cdef Block _open(object ref, int fd):
         _recent.move_to_end((r.arena_id, r.segment_id))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
-    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length)
+    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
 
 
 def open_block(ref, fd=None):
@@ -247,7 +260,9 @@ def open_block(ref, fd=None):
     Raises
     ------
     ValueError
-        `ref` is no block reference, or its block has no references left.
+        `ref` is no block reference or names no block of its segment, or
+        its block has no references left (it was opened already, or its
+        block was released and perhaps reused).
     OSError
         The segment cannot be reached.
     """
@@ -295,10 +310,13 @@ cdef class Arena:
         The first segment cannot be had.
     """
 
-    cdef unique_ptr[CArena] arena
+    # Shared so that an alloc in flight, which holds its own copy with the
+    # GIL released, keeps the arena alive through a close() meanwhile.
+    cdef shared_ptr[CArena] arena
     cdef uint64_t arena_id
     # The mappings of the shared (not dedicated) segments, kept while the
-    # arena is open so that allocating does not map them anew.
+    # arena is open so that allocating does not map them anew; those of the
+    # segments the arena retires are dropped.
     cdef dict segments
 
     def __init__(self, *, segment_size=DEFAULT_SEGMENT_SIZE, limit=None, dir=None):
@@ -314,6 +332,7 @@ cdef class Arena:
         self.arena_id = self.arena.get().id()
         self.segments = {}
 
+    # For calls that keep the GIL, so that close() cannot run under them.
     cdef CArena* _live(self) except NULL:
         if self.arena.get() == NULL:
             raise ValueError("the arena is closed")
@@ -329,26 +348,37 @@ cdef class Arena:
         Raises
         ------
         MemoryError
-            The arena's limit leaves no room; the message says how much is
-            left and how to raise the limit.
+            The arena's limit leaves no room (the message says how much is
+            left and how to raise the limit), or no block can be that large.
         ValueError
             `nbytes` is negative, or the arena is closed.
         RuntimeError
             Called in a forked child of the arena's process.
         """
         cdef size_t n = _non_negative("nbytes", nbytes)
-        cdef CArena* arena = self._live()
+        self._live()
+        cdef shared_ptr[CArena] arena = self.arena
         cdef Allocation a
         with nogil:
-            a = arena.alloc(n)
+            a = arena.get().alloc(n)
         cdef _Mapping m = self.segments.get(a.segment_id)
         if m is None:
+            # A new segment: the arena may have retired others to make room.
+            self._forget_retired(arena.get())
             m = _mappings.get((self.arena_id, a.segment_id))
             if m is None:
-                m = _mapped(self.arena_id, a.segment_id, arena.segment(a.segment_id))
-            if not a.dedicated:
+                m = _mapped(self.arena_id, a.segment_id, arena.get().segment(a.segment_id))
+            if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
-        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n)
+        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+
+    cdef _forget_retired(self, CArena* arena):
+        cdef uint32_t segment_id
+        cdef shared_ptr[CSegment] seg
+        for segment_id in list(self.segments):
+            seg = arena.segment(segment_id)
+            if seg.get() == NULL:
+                del self.segments[segment_id]
 
     def drain(self):
         """drain()

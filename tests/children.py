@@ -231,13 +231,20 @@ def arena_shared(arena, n, tag):
     return block.share()
 
 
-def arena_check_block(box, tag, report):
-    """Report whether the block passed in box holds its pattern, and its reference count; then drop it.
+def arena_check_sent_block(conn, tag):
+    """Receive a block through conn, answer whether it holds its pattern and its reference count; then drop it."""
+    block = conn.recv()
+    conn.send((arena_intact(block, tag), block.refs))
 
-    The block comes in a list so that it can be dropped: a Process keeps its arguments to the end.
-    """
-    block = box.pop()
-    report.send((arena_intact(block, tag), block.refs))
+
+def arena_view_in_fork(block, report):
+    """Report the error viewing a block inherited through fork raises, or None."""
+    try:
+        memoryview(block)
+    except BufferError as exc:
+        report.send(str(exc))
+    else:
+        report.send(None)
 
 
 def arena_alloc_in_fork(arena, report):
@@ -266,6 +273,8 @@ def arrays_in_child(parent_arena_id, report):
     block = mizu.arena_block(arr)[0]
     arena = mizu.default_arena()
     report.send((arena.id != parent_arena_id, block.arena_id == arena.id, float(arr.sum())))
+
+
 def describe(value):
     """What a worker received: type, and for arrays dtype, shape, order and writability."""
     import numpy as np
@@ -288,3 +297,30 @@ class Holder:
 
     name: str
     data: object
+
+
+def arena_close_race(trials):
+    """Close arenas while another thread is inside alloc, mapping a segment with the GIL released."""
+    import threading
+    import time
+
+    from mizu import _arena
+
+    for _ in range(trials):
+        arena = _arena.Arena(segment_size=1 << 16, limit=1 << 30)
+        started = threading.Event()
+
+        def work():
+            started.set()
+            try:
+                while True:
+                    arena.alloc(8 << 20)
+            except ValueError:
+                pass
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        started.wait()
+        time.sleep(0.002)
+        arena.close()
+        thread.join()

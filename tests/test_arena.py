@@ -1,7 +1,10 @@
 """The shared arena against a model: blocks never overlap, keep their bytes, and all come back."""
 
 import multiprocessing
+import os
 import pickle
+import struct
+import sys
 import threading
 
 import numpy as np
@@ -253,6 +256,90 @@ def test_bad_arguments_and_references_are_rejected():
         arena.alloc(1)
 
 
+REF_FIELDS = ("arena_id", "offset", "length", "segment_id", "pid", "fd", "generation")
+
+
+def altered(ref, **changes):
+    """The block reference `ref` with some of its fields changed."""
+    fields = dict(zip(REF_FIELDS, struct.unpack("QQQIiiI", ref)))
+    fields.update(changes)
+    return struct.pack("QQQIiiI", *fields.values())
+
+
+def test_a_stale_reference_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(1000)
+    ref = block.share()
+    offset = block.offset
+    del block
+    _arena.open_block(ref)  # adopted and dropped: the block is free
+    reused = arena.alloc(1000)
+    assert reused.offset == offset
+    with pytest.raises(ValueError, match="no references left"):
+        _arena.open_block(ref)
+    assert reused.refs == 1
+    del reused
+    assert_empty(arena)
+
+
+def test_a_reference_to_a_free_block_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(4096)
+    np.frombuffer(block, np.uint64)[:] = 1
+    del block
+    block = arena.alloc(1024)  # the rest of the old block, ones and all, is a free block again
+    ref = block.share()
+    rest = block.offset + 1024 + 128
+    for generation in (0, struct.unpack("QQQIiiI", ref)[-1]):
+        with pytest.raises(ValueError, match="no references left"):
+            _arena.open_block(altered(ref, offset=rest, length=100, generation=generation))
+    _arena.open_block(ref)
+    del block
+    assert_empty(arena)
+
+
+def test_a_garbled_reference_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(100)  # room for 128 bytes
+    ref = block.share()
+    for changes in (
+        dict(length=2**64 - 1),
+        dict(length=2**64 - 100),
+        dict(length=2**63),
+        dict(length=60000),
+        dict(length=129),
+        dict(offset=block.offset + 64),
+        dict(offset=1 << 40),
+        dict(offset=2**64 - 128),
+    ):
+        with pytest.raises(ValueError, match="the block reference is invalid"):
+            _arena.open_block(altered(ref, **changes))
+    assert _arena.open_block(ref).refs == 2
+    del block
+    assert_empty(arena)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reaches the segment through /proc")
+def test_a_reference_naming_no_segment_says_which_path_it_tried():
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(10)
+    ref = block.share()
+    with open(os.devnull, "rb") as other:
+        with pytest.raises(ValueError, match=rf"/proc/{os.getpid()}/fd/{other.fileno()} is not a mizu shared segment"):
+            _arena.open_block(altered(ref, arena_id=arena.id ^ 1, fd=other.fileno()))
+    _arena.open_block(ref)
+    del block
+    assert_empty(arena)
+
+
+def test_a_request_no_block_can_hold_is_refused():
+    arena = _arena.Arena(segment_size=1 << 16, limit=2**64 - 1)
+    for n in (2**64 - 1, 2**64 - 128, 2**63):
+        with pytest.raises(MemoryError, match=f"cannot allocate {n} bytes: no block can hold more than"):
+            arena.alloc(n)
+    assert_empty(arena)
+
+
 def test_threads_share_an_arena():
     arena = _arena.Arena(segment_size=1 << 18)
     errors = []
@@ -277,20 +364,53 @@ def test_threads_share_an_arena():
     assert_empty(arena)
 
 
+def test_closing_while_another_thread_allocates():
+    """close() waits for no alloc in flight, and the alloc must not use the arena it freed."""
+    child = multiprocessing.get_context("fork").Process(target=children.arena_close_race, args=(20,))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+
+
+def segment_mappings():
+    with open("/proc/self/maps") as maps:
+        return sum("memfd:mizu" in line for line in maps)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="counts memfd mappings in /proc/self/maps")
+def test_segments_the_arena_retires_are_unmapped():
+    arena = _arena.Arena(segment_size=1 << 16, limit=1 << 18)
+    before = segment_mappings()
+    for _ in range(5):
+        blocks = []
+        with pytest.raises(MemoryError):
+            while True:
+                blocks.append(arena.alloc(10000))
+        del blocks
+        big = arena.alloc(200000)  # retires the four empty segments
+        del big
+        assert arena.stats()["capacity"] == 0
+        assert segment_mappings() < before  # every segment, the first one too, is gone
+    assert_empty(arena)
+
+
 def test_pickled_block_crosses_every_start_method(start_method):
     ctx = multiprocessing.get_context(start_method)
     arena = _arena.Arena(segment_size=1 << 20)
     block = arena.alloc(300000)
     arena_fill(block, 5)
-    report, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=children.arena_check_block, args=([block], 5, there))
+    conn, there = ctx.Pipe()
+    child = ctx.Process(target=children.arena_check_sent_block, args=(there, 5))
     child.start()
-    assert report.poll(60)
-    intact, refs = report.recv()
+    conn.send(block)
+    assert conn.poll(60)
+    intact, refs = conn.recv()
     child.join(30)
     assert intact and child.exitcode == 0
-    # fork hands the child the parent's object, which holds no reference there.
-    assert refs == (1 if start_method == "fork" else 2)
+    assert refs == 2
     assert block.refs == 1
     del block
     assert_empty(arena)
@@ -335,14 +455,31 @@ def test_the_owner_closing_leaves_the_receivers_block_valid():
     assert peer.stop() == 0
 
 
-def test_a_forked_child_cannot_allocate_from_its_parents_arena():
+def report_of_forked_child(target, arg):
+    """What target(arg, report) sends on report, run in a forked child."""
     ctx = multiprocessing.get_context("fork")
-    arena = _arena.Arena(segment_size=1 << 16)
     report, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=children.arena_alloc_in_fork, args=(arena, there))
+    child = ctx.Process(target=target, args=(arg, there))
     child.start()
     assert report.poll(60)
     message = report.recv()
     child.join(30)
+    return message
+
+
+def test_a_block_inherited_through_fork_exports_no_buffer():
+    """A Process argument under fork is the parent's object, not a pickled copy: it holds no reference."""
+    arena = _arena.Arena(segment_size=1 << 16)
+    block = arena.alloc(1000)
+    message = report_of_forked_child(children.arena_view_in_fork, block)
+    assert message and "inherited through fork" in message and "open_block" in message
+    assert block.refs == 1
+    del block
+    assert_empty(arena)
+
+
+def test_a_forked_child_cannot_allocate_from_its_parents_arena():
+    arena = _arena.Arena(segment_size=1 << 16)
+    message = report_of_forked_child(children.arena_alloc_in_fork, arena)
     assert message and "forked child must create an arena of its own" in message
     assert_empty(arena)

@@ -236,6 +236,7 @@ void segments() {
 struct ArenaBlock {
     uint32_t segment_id;
     uint64_t offset, length, id;
+    uint32_t generation;
 };
 
 // The bytes of block `id`: word i holds id * 2**32 + i, so a block written
@@ -248,7 +249,7 @@ void drop(Arena& arena, uint32_t segment_id, uint64_t offset) { release_block(ar
 
 ArenaBlock fill(Arena& arena, std::size_t length, uint64_t id) {
     Allocation a = arena.alloc(length);
-    ArenaBlock b{a.segment_id, a.offset, length, id};
+    ArenaBlock b{a.segment_id, a.offset, length, id, a.generation};
     char* data = data_of(arena, b);
     CHECK(reinterpret_cast<uintptr_t>(data) % kBlockAlign == 0);
     for (uint64_t i = 0; i < length / 8; ++i) reinterpret_cast<uint64_t*>(data)[i] = pattern(id, i);
@@ -379,17 +380,105 @@ void arena_attach() {
     auto seg = arena.segment(b.segment_id);
     auto peer = attach_arena_segment(current_pid(), seg->fd(), arena.id(), b.segment_id);
     CHECK(peer->base() != seg->base());
-    CHECK(intact(block_data(*peer, b.offset, b.length), b));
+    CHECK(intact(block_data(*peer, b.offset, b.length, b.generation), b));
     CHECK(throws<std::invalid_argument>([&] { attach_arena_segment(seg->fd(), arena.id() + 1, b.segment_id); }));
     CHECK(throws<std::invalid_argument>([&] { attach_arena_segment(seg->fd(), arena.id(), b.segment_id + 1); }));
     CHECK(throws<std::system_error>([&] { attach_arena_segment(current_pid(), 12345, arena.id(), 0); }));
-    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset + 64, 10); }));
+    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset + 64, 10, b.generation); }));
     retain_block(peer->base(), b.offset);
     release_block(seg->base(), b.offset);
     CHECK(block_refs(peer->base(), b.offset) == 1);
     release_block(peer->base(), b.offset);
-    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset, b.length); }));
+    CHECK(throws<std::invalid_argument>([&] { block_data(*peer, b.offset, b.length, b.generation); }));
     check_empty(arena);
+}
+
+// Stale and garbled references are refused, so are requests no block can
+// hold, and bad entries on a remote-free stack leave the free lists whole.
+void arena_bad_references() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 16;
+    Arena arena(opt);
+    auto seg = arena.segment(0);
+    char* base = seg->base();
+    auto refused = [&](uint64_t offset, uint64_t length, uint32_t generation) {
+        return throws<std::invalid_argument>([&] { block_data(*seg, offset, length, generation); });
+    };
+    auto header = [&](uint64_t offset) { return reinterpret_cast<BlockHeader*>(base + offset - kBlockAlign); };
+
+    // A free block's header starts with no references, whatever bytes it replaced.
+    ArenaBlock big = fill(arena, 4096, 1);
+    drop(arena, big.segment_id, big.offset);
+    ArenaBlock b = fill(arena, 100, 2);  // room for 128 bytes; the rest is one free block
+    uint64_t rest = b.offset + 128 + kBlockAlign;
+    CHECK(rest < big.offset + big.length && block_refs(base, rest) == 0);
+    CHECK(refused(rest, 10, 0) && refused(rest, 10, b.generation));
+
+    CHECK(block_data(*seg, b.offset, 128, b.generation) == base + b.offset);
+    for (uint64_t length : {uint64_t(129), uint64_t(60000), UINT64_MAX, UINT64_MAX - 100, uint64_t(1) << 63})
+        CHECK(refused(b.offset, length, b.generation));
+    for (uint64_t offset : {b.offset + 64, b.offset - kBlockAlign, uint64_t(1) << 40, UINT64_MAX - 127})
+        CHECK(refused(offset, 10, b.generation));
+    CHECK(refused(b.offset, 10, 0) && refused(b.offset, 10, b.generation + 1));
+    std::string message;
+    try {
+        block_data(*seg, b.offset, 60000, b.generation);
+    } catch (const std::invalid_argument& e) {
+        message = e.what();
+    }
+    CHECK(message.find("the block reference is invalid") == 0);
+
+    // Released and reused at the same offset: the old reference is stale.
+    drop(arena, b.segment_id, b.offset);
+    ArenaBlock c = fill(arena, 100, 3);
+    CHECK(c.offset == b.offset && c.generation != b.generation);
+    CHECK(refused(b.offset, b.length, b.generation));
+    CHECK(intact(block_data(*seg, c.offset, c.length, c.generation), c));
+
+    // A free block pushed again, an offset outside the heap, and a cycle.
+    drop(arena, c.segment_id, c.offset);
+    CHECK(arena.drain() == 1);
+    header(c.offset)->refs.store(1);
+    release_block(base, c.offset);
+    CHECK(arena.drain() == 0);
+    auto& top = arena_header(*seg, arena.id(), 0).remote_free;
+    top.store(uint64_t(1) << 40);
+    CHECK(arena.drain() == 0);
+    ArenaBlock x = fill(arena, 1000, 4), y = fill(arena, 1000, 5);
+    drop(arena, x.segment_id, x.offset);
+    drop(arena, y.segment_id, y.offset);
+    header(x.offset)->next_remote = y.offset - kBlockAlign;
+    CHECK(arena.drain() == 2);
+    check_empty(arena);
+
+    ArenaOptions unlimited;
+    unlimited.segment_size = 1 << 16;
+    unlimited.limit = SIZE_MAX;
+    Arena huge(unlimited);
+    for (std::size_t bytes : {SIZE_MAX, SIZE_MAX - 127, std::size_t(1) << 63}) {
+        message.clear();
+        try {
+            huge.alloc(bytes);
+        } catch (const OutOfSharedMemory& e) {
+            message = e.what();
+        }
+        CHECK(message.find("cannot allocate " + std::to_string(bytes) + " bytes: no block can hold more than") !=
+              std::string::npos);
+    }
+    check_empty(huge);
+
+#if defined(__linux__)
+    int devnull = open("/dev/null", O_RDONLY);
+    message.clear();
+    try {
+        attach_arena_segment(current_pid(), devnull, arena.id(), 0);
+    } catch (const std::invalid_argument& e) {
+        message = e.what();
+    }
+    close(devnull);
+    CHECK(message == "/proc/" + std::to_string(current_pid()) + "/fd/" + std::to_string(devnull) +
+                         " is not a mizu shared segment");
+#endif
 }
 
 // Threads allocate from one arena and hand each block to a releaser thread
@@ -442,7 +531,7 @@ void arena_remote_free(int owners, uint64_t per_owner) {
                 // have: ThreadSanitizer tracks synchronisation by address, so
                 // a second mapping of the same pages would hide it.
                 auto seg = arena.segment(b.segment_id);
-                char* data = block_data(*seg, b.offset, b.length);
+                char* data = block_data(*seg, b.offset, b.length, b.generation);
                 if (!intact(data, b)) corrupt.fetch_add(1);
                 std::memset(data, 0xee, b.length);
                 release_block(seg->base(), b.offset);
@@ -667,6 +756,7 @@ int main() {
     arena_churn();
     arena_limits();
     arena_attach();
+    arena_bad_references();
     arena_remote_free(2, 20000);
     for (WaitBackend backend : {WaitBackend::native, WaitBackend::portable}) {
         stream<SpscRing>(RingKind::spsc, 1, 1, 200000, backend);

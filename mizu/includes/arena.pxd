@@ -12,10 +12,11 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         uint32_t segment_id
         int32_t pid
         int32_t fd
-        uint32_t reserved
+        uint32_t generation
 
     int current_pid()
-    char* block_data(const Segment& seg, uint64_t offset, uint64_t length) except +raise_py_error
+    char* block_data(const Segment& seg, uint64_t offset, uint64_t length,
+                     uint32_t generation) except +raise_py_error
     void retain_block(char* base, uint64_t offset)
     void release_block(char* base, uint64_t offset)
     uint64_t block_refs(const char* base, uint64_t offset)
@@ -33,6 +34,7 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         uint32_t segment_id
         bint dedicated
         uint64_t offset
+        uint32_t generation
 
     cdef cppclass ArenaStats:
         size_t in_use
