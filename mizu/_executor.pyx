@@ -736,11 +736,17 @@ class ProcessPoolExecutor(_base.Executor):
                     del future
                     if failures:
                         del values[failures[0][0]:]
-                    if flat:
-                        yield from values
-                    else:
-                        for unit in values:
-                            yield from unit
+                    # Popped, not iterated: a value the caller has dropped
+                    # must not stay alive in this generator.
+                    values.reverse()
+                    while values:
+                        if flat:
+                            yield values.pop()
+                        else:
+                            unit = values.pop()
+                            unit.reverse()
+                            while unit:
+                                yield unit.pop()
                     if failures:
                         raise failures[0][1]
             finally:

@@ -324,3 +324,10 @@ def arena_close_race(trials):
         time.sleep(0.002)
         arena.close()
         thread.join()
+
+
+class Dummy:
+    """An object a test can hold a weak reference to."""
+
+    def __init__(self, value):
+        self.value = value

@@ -57,6 +57,18 @@ def test_map_keeps_order_across_chunk_sizes(pool):
     assert list(pool.map(children.double, [])) == []
 
 
+@pytest.mark.parametrize("chunksize", [1, 3])
+def test_map_keeps_no_reference_to_what_it_yielded(pool, chunksize):
+    import gc
+    import weakref
+
+    for obj in pool.map(children.Dummy, range(10), chunksize=chunksize):
+        ref = weakref.ref(obj)
+        del obj
+        gc.collect()
+        assert ref() is None
+
+
 def test_map_raises_at_the_failing_element(pool):
     results = pool.map(children.raise_runtime, [1])
     with pytest.raises(RuntimeError):
