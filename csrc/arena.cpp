@@ -190,6 +190,11 @@ public:
 
     uint32_t id() const noexcept { return id_; }
     bool dedicated() const noexcept { return dedicated_; }
+    // A dedicated segment whose block is freed, kept for the next large request.
+    bool spare() const noexcept { return dedicated_ && blocks_ == 0; }
+    // When the heap last became a spare, by the arena's count.
+    uint64_t spare_since() const noexcept { return spare_since_; }
+    void mark_spare(uint64_t when) noexcept { spare_since_ = when; }
     const std::shared_ptr<Segment>& segment() const noexcept { return seg_; }
     std::size_t in_use() const noexcept { return in_use_; }
     std::size_t blocks() const noexcept { return blocks_; }
@@ -345,6 +350,7 @@ private:
     uint64_t end_;
     uint32_t id_;
     bool dedicated_;
+    uint64_t spare_since_ = 0;
     uint32_t generation_ = 0;  // of the last allocation
     uint64_t bins_[kBins] = {};
     uint64_t nonempty_ = 0;  // bit b set when bins_[b] is non-empty
@@ -359,6 +365,7 @@ Arena::Arena(const ArenaOptions& options)
       in_dir_(options.dir != nullptr) {
     std::size_t page = page_size();
     segment_size_ = std::min(round_up(options.segment_size, page), limit_ / page * page);
+    spare_cap_ = limit_ / 4;
     if (segment_size_ < kHeapOffset + kMinSplit)
         throw std::invalid_argument("an arena needs a segment size and a limit of at least " +
                                     std::to_string(kHeapOffset + kMinSplit) + " bytes, got " +
@@ -403,10 +410,14 @@ Allocation Arena::alloc(std::size_t bytes) {
 Heap& Arena::grow(std::size_t block_size, std::size_t bytes) {
     std::size_t need = kHeapOffset + block_size;
     bool dedicated = need > segment_size_;
+    if (dedicated)
+        if (Heap* spare = best_spare(need)) return *spare;
     std::size_t seg_bytes = segment_bytes_for(need, dedicated);
+    // Unused segments make way for one the request fits, spares first and
+    // the least recently freed of them first: rare, since it takes the limit
+    // being reached.
+    while (!seg_bytes && release_oldest_spare()) seg_bytes = segment_bytes_for(need, dedicated);
     if (!seg_bytes) {
-        // Unused segments make way for one the request fits: rare, since it
-        // takes the limit being reached.
         retire_if([](const Heap& heap) { return heap.blocks() == 0; });
         seg_bytes = segment_bytes_for(need, dedicated);
         if (!seg_bytes) throw_full(bytes);
@@ -425,6 +436,24 @@ std::size_t Arena::segment_bytes_for(std::size_t need, bool dedicated) const {
     std::size_t room = limit_ > capacity_ ? (limit_ - capacity_) / page * page : 0;
     std::size_t bytes = dedicated ? round_up(need, page) : std::min(segment_size_, room);
     return bytes >= need && bytes <= room ? bytes : 0;
+}
+
+Heap* Arena::best_spare(std::size_t need) const {
+    Heap* best = nullptr;
+    for (auto& heap : heaps_) {
+        std::size_t size = heap->segment()->size();
+        if (heap->spare() && size >= need && size - need <= need && (!best || size < best->segment()->size()))
+            best = heap.get();
+    }
+    return best;
+}
+
+bool Arena::release_oldest_spare() {
+    const Heap* oldest = nullptr;
+    for (auto& heap : heaps_)
+        if (heap->spare() && (!oldest || heap->spare_since() < oldest->spare_since())) oldest = heap.get();
+    if (oldest) retire_if([&](const Heap& heap) { return &heap == oldest; });
+    return oldest != nullptr;
 }
 
 template <class Pred>
@@ -455,11 +484,25 @@ void Arena::throw_full(std::size_t bytes) const {
 
 std::size_t Arena::drain_locked() {
     std::size_t n = 0;
-    for (auto& heap : heaps_) n += heap->drain();
-    // A dedicated segment served one block; with it gone, its memory goes
-    // back to the system once every process that mapped it lets go.
-    retire_if([](const Heap& heap) { return heap.dedicated() && heap.blocks() == 0; });
-    return n;
+    bool new_spare = false;
+    for (auto& heap : heaps_) {
+        std::size_t freed = heap->drain();
+        if (freed && heap->spare()) {
+            heap->mark_spare(++spare_clock_);
+            new_spare = true;
+        }
+        n += freed;
+    }
+    if (!new_spare) return n;
+    // A released spare's memory goes back to the system once every process
+    // that mapped it lets go.
+    for (;;) {
+        std::size_t spare_bytes = 0;
+        for (auto& heap : heaps_)
+            if (heap->spare()) spare_bytes += heap->segment()->size();
+        if (spare_bytes <= spare_cap_) return n;
+        release_oldest_spare();
+    }
 }
 
 std::size_t Arena::drain() {
@@ -479,6 +522,7 @@ ArenaStats Arena::stats() {
         s.free += heap->free_bytes();
         s.free_blocks += heap->free_blocks();
         s.capacity += heap->segment()->size();
+        s.spares += heap->spare();
     }
     s.segments = heaps_.size();
     return s;

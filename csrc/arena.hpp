@@ -6,7 +6,12 @@
 // segments are ordinary Segments (anonymous, pre-faulted) holding an
 // ArenaSegmentHeader and then a heap of blocks. The arena grows by adding
 // segments up to a byte limit; a request larger than a segment's heap gets a
-// segment of its own, unmapped by the owner once that block is freed.
+// segment of its own (a dedicated segment). Once its block is freed the
+// owner keeps it mapped as a spare, and a later large request that it fits
+// without wasting more than half of it takes it again: no new memory to
+// reserve, zero and fault in. Spares count against the limit, are released
+// first when a new segment needs room under it, and hold at most a quarter
+// of the limit together, the least recently freed going beyond that.
 //
 // Allocation: boundary tags with segregated free lists. Every block starts
 // with a BlockHeader holding its size and its left neighbour's size, so a
@@ -157,6 +162,7 @@ struct ArenaStats {
     std::size_t free_blocks = 0; // free blocks: one per segment once everything is freed
     std::size_t capacity = 0;    // bytes of all segments
     std::size_t segments = 0;
+    std::size_t spares = 0;      // dedicated segments kept, empty, for reuse; among `segments`
 };
 
 class Heap;
@@ -192,6 +198,11 @@ private:
     void check_owner() const;
     std::size_t drain_locked();
     Heap& grow(std::size_t block_size, std::size_t bytes);
+    // The spare with the fewest bytes that has `need` bytes of room and no
+    // more than twice that, or null.
+    Heap* best_spare(std::size_t need) const;
+    // Unmaps the least recently freed spare; false if there is none.
+    bool release_oldest_spare();
     Heap& add_segment(std::size_t bytes, bool dedicated);
     // Bytes of a new segment with `need` bytes of room, or 0 if the limit
     // leaves no room for one.
@@ -207,6 +218,8 @@ private:
     std::size_t segment_size_;
     std::size_t limit_;
     std::size_t capacity_ = 0;
+    std::size_t spare_cap_;        // bytes of spares at most
+    uint64_t spare_clock_ = 0;     // spares freed so far, to order them
     uint32_t next_segment_id_ = 0;
     std::string dir_;
     bool in_dir_;

@@ -284,9 +284,13 @@ cdef class Arena:
 
     The arena maps pre-faulted segments as it needs them: the first now,
     more when a request fits in none, up to `limit` bytes in all. A request
-    larger than a segment gets a segment of its own, unmapped once its block
-    is freed. Threads may share an arena; a forked child may not allocate
-    from its parent's.
+    larger than a segment gets a segment of its own. Once its block is freed
+    that segment stays mapped as a spare for the next large request it fits
+    (one needing at least half of it), so passing large arrays again and
+    again maps no new memory; spares count against `limit`, give way first
+    when a new segment needs room under it, and hold at most a quarter of it
+    together, the least recently freed going first. Threads may share an
+    arena; a forked child may not allocate from its parent's.
 
     Parameters
     ----------
@@ -404,12 +408,14 @@ cdef class Arena:
             ``in_use`` and ``blocks``: bytes (headers included) and number of
             live blocks; ``free`` and ``free_blocks``: the same for free
             space (``free_blocks == segments`` once every block is freed);
-            ``capacity``: bytes of all segments; ``segments``; ``limit``.
+            ``capacity``: bytes of all segments; ``segments``; ``spares``:
+            how many of them are freed dedicated segments kept for reuse;
+            ``limit``.
         """
         cdef CArena* arena = self._live()
         cdef ArenaStats s = arena.stats()
         return {"in_use": s.in_use, "blocks": s.blocks, "free": s.free, "free_blocks": s.free_blocks,
-                "capacity": s.capacity, "segments": s.segments, "limit": arena.limit()}
+                "capacity": s.capacity, "segments": s.segments, "spares": s.spares, "limit": arena.limit()}
 
     @property
     def id(self):

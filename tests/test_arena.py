@@ -397,6 +397,52 @@ def test_segments_the_arena_retires_are_unmapped():
     assert_empty(arena)
 
 
+
+@pytest.mark.skipif(sys.platform != "linux", reason="counts memfd mappings in /proc/self/maps")
+def test_a_freed_large_block_leaves_its_segment_for_the_next():
+    arena = _arena.Arena(segment_size=1 << 20, limit=64 << 20)
+    first = arena.alloc(10 << 20)
+    segment_id = first.segment_id
+    del first
+    s = arena.stats()
+    assert s["spares"] == 1, s
+    mappings = segment_mappings()
+    for i in range(50):
+        block = arena.alloc((10 << 20) - i * 4096)  # fits the spare, however its size wanders
+        assert block.segment_id == segment_id
+        np.frombuffer(block, np.uint8)[:] = i
+        del block
+        assert arena.stats() == s
+        assert segment_mappings() == mappings
+    small = arena.alloc(2 << 20)  # the spare is more than twice its need: a segment of its own
+    assert small.segment_id != segment_id
+    del small
+    assert arena.stats()["spares"] == 2
+    assert_empty(arena)
+
+
+def test_spares_give_way_under_the_limit_and_exhaustion_is_still_clear():
+    arena = _arena.Arena(segment_size=1 << 20, limit=8 << 20)
+    held = arena.alloc(10)
+    del held
+    kept = arena.alloc(10)  # keeps the first segment in use
+    spare = arena.alloc(3 << 19)
+    del spare
+    assert arena.stats()["spares"] == 1
+    big = arena.alloc(6 << 20)  # fits under the limit only once the spare is gone
+    s = arena.stats()
+    assert (s["spares"], s["segments"]) == (0, 2) and s["capacity"] <= s["limit"], s
+    del big  # more than a quarter of the limit: not kept
+    assert arena.stats()["spares"] == 0
+    spare = arena.alloc(3 << 19)
+    del spare
+    with pytest.raises(MemoryError, match=r"cannot allocate 7340032 bytes: \d+ bytes are left .*MIZU_ARENA_LIMIT"):
+        arena.alloc(7 << 20)
+    s = arena.stats()
+    assert (s["spares"], s["segments"]) == (0, 1), s
+    del kept
+    assert_empty(arena)
+
 def test_pickled_block_crosses_every_start_method(start_method):
     ctx = multiprocessing.get_context(start_method)
     arena = _arena.Arena(segment_size=1 << 20)

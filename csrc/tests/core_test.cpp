@@ -370,6 +370,58 @@ void arena_limits() {
     check_empty(arena);
 }
 
+// A freed dedicated segment stays mapped as a spare and serves the next
+// large request it fits, under a new generation; a spare more than twice a
+// request's need is left alone; spares beyond a quarter of the limit go,
+// the least recently freed first, and so do all of them, oldest first, when
+// a new segment needs their room under the limit.
+void arena_spares() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 16;
+    opt.limit = 4 << 20;  // spares hold 1 MiB at most
+    Arena arena(opt);
+    Allocation a = arena.alloc(300000);
+    CHECK(a.dedicated);
+    std::shared_ptr<Segment> seg = arena.segment(a.segment_id);
+    std::size_t capacity = arena.stats().capacity;
+    drop(arena, a.segment_id, a.offset);
+    ArenaStats s = arena.stats();
+    CHECK(s.spares == 1 && s.segments == 2 && s.capacity == capacity);
+    for (std::size_t i = 0; i < 100; ++i) {
+        Allocation b = arena.alloc(250000 + i * 100);
+        CHECK(b.dedicated && b.segment_id == a.segment_id && b.generation != a.generation);
+        CHECK(arena.segment(b.segment_id) == seg);
+        std::memset(seg->base() + b.offset, int(i), 250000 + i * 100);
+        CHECK(throws<std::invalid_argument>([&] { block_data(*seg, a.offset, 10, a.generation); }));
+        drop(arena, b.segment_id, b.offset);
+    }
+    s = arena.stats();
+    CHECK(s.capacity == capacity && s.spares == 1);
+    Allocation c = arena.alloc(100000);  // the spare is more than twice its need
+    CHECK(c.dedicated && c.segment_id != a.segment_id);
+    drop(arena, c.segment_id, c.offset);
+    Allocation d = arena.alloc(700000);  // no spare is large enough
+    CHECK(d.segment_id != a.segment_id && d.segment_id != c.segment_id);
+    drop(arena, d.segment_id, d.offset);
+    arena.drain();
+    // Three spares hold more than 1 MiB: the one freed first goes.
+    s = arena.stats();
+    CHECK(s.spares == 2 && arena.segment(a.segment_id) == nullptr && arena.segment(c.segment_id) != nullptr);
+    // The limit leaves room for this one only once both spares are gone.
+    Allocation e = arena.alloc(3500000);
+    s = arena.stats();
+    CHECK(s.spares == 0 && s.segments == 2 && s.capacity <= opt.limit);
+    std::string message;
+    try {
+        arena.alloc(1 << 20);
+    } catch (const OutOfSharedMemory& err) {
+        message = err.what();
+    }
+    CHECK(message.find("cannot allocate 1048576 bytes") != std::string::npos);
+    drop(arena, e.segment_id, e.offset);
+    check_empty(arena);
+}
+
 // Another mapping of a segment sees the blocks and can release them; a
 // mapping of the wrong segment or a stale offset is refused.
 void arena_attach() {
@@ -755,6 +807,7 @@ int main() {
     arena_model();
     arena_churn();
     arena_limits();
+    arena_spares();
     arena_attach();
     arena_bad_references();
     arena_remote_free(2, 20000);

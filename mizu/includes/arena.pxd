@@ -43,6 +43,7 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         size_t free_blocks
         size_t capacity
         size_t segments
+        size_t spares
 
     cdef cppclass Arena:
         Arena(const ArenaOptions& options) except +raise_py_error
