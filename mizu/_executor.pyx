@@ -219,6 +219,9 @@ cdef class _Pool:
             name=f"mizu-worker-{worker.index}")
         try:
             proc.start()
+        except BaseException:
+            channel.close()
+            raise
         finally:
             worker_end.close()
         if worker.channel is not None:
@@ -271,7 +274,14 @@ cdef class _Pool:
                 self.start()
             self.pending.append(item)
             if self.on_demand:
-                self.adjust()
+                try:
+                    self.adjust()
+                except BaseException:
+                    # No worker started for it (an initializer that cannot
+                    # be pickled for spawn, no descriptors left): it must not
+                    # stay pending, or shutdown would wait for it forever.
+                    self.pending.remove(item)
+                    raise
         self.dispatch()
         if self.pending and self.take_recv(0):
             try:

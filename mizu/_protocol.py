@@ -27,8 +27,9 @@ arena. Such a message is OOB + sender (2 bytes) + count (2 bytes), then per
 buffer its block's reference (Block.share) + offset in the block (8 bytes) +
 length (8 bytes) + index of its segment's descriptor (2 bytes), then the
 pickle. The descriptors, one per distinct segment, go over the pair's Unix
-socket before the message goes into the ring, so the receiver can map the
-blocks even if the sender has exited since.
+socket in one sendmsg before the message goes into the ring, so the
+receiver can map the blocks even if the sender has exited since. When they
+cannot be sent, the buffers go inside the pickle after all.
 
 A message longer than a slot is cut into frames. A whole message starts with
 the pickle protocol byte 0x80 or with OOB; a first frame is FIRST + sender
@@ -57,7 +58,8 @@ _BUFFER = struct.Struct(f"<{REF_SIZE}sQQH")
 
 PROTOCOL = 5
 INLINE = 4096
-_MAX_FDS = 250   # descriptors per sendmsg: the kernel takes at most 253
+_MAX_FDS = 250   # descriptors per message (one sendmsg): the kernel takes at most 253
+_NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def _in_band(buffer):
@@ -79,37 +81,55 @@ def dumps(obj, sender=0, channel=None):
     data = pickle.dumps(obj, PROTOCOL, buffer_callback=lambda b: _in_band(b) or buffers.append(b))
     if not buffers:
         return data
-    from mizu._arrays import arena_block, default_arena
-
-    placed = []
-    for buffer in buffers:
-        raw = buffer.raw()
-        found = arena_block(raw)
-        if found is None:
-            block = default_arena().alloc(raw.nbytes)
-            memoryview(block)[:raw.nbytes] = raw
-            found = block, 0, raw.nbytes
-        placed.append(found)
-    # Every allocation succeeded: now take the receiver's references.
+    placed = [_place(buffer.raw()) for buffer in buffers]
     fds, slot = [], {}
-    parts = [_OOB.pack(OOB, sender, len(placed))]
-    for block, offset, nbytes in placed:
+    for block, _, _ in placed:
         key = block.arena_id, block.segment_id
         if key not in slot:
             slot[key] = len(fds)
             fds.append(block.fd)
-        parts.append(_BUFFER.pack(block.share(), offset, nbytes, slot[key]))
-    for start in range(0, len(fds), _MAX_FDS):
-        _send_fds(channel, fds[start:start + _MAX_FDS])
+    if len(fds) > _MAX_FDS:
+        return pickle.dumps(obj, PROTOCOL)
+    # Every buffer has its place: now take the receiver's references.
+    refs = [block.share() for block, _, _ in placed]
+    try:
+        _send_fds(channel, fds)
+    except OSError:
+        # The peer has exited (its pool breaks as soon as that is seen), or
+        # the kernel holds too many descriptors in flight for this user: the
+        # buffers go inside the message instead, as the stdlib sends them.
+        for (block, _, _), ref in zip(placed, refs):
+            open_block(ref, block.fd)   # adopted and dropped: the reference is given back
+        return pickle.dumps(obj, PROTOCOL)
+    parts = [_OOB.pack(OOB, sender, len(placed))]
+    parts.extend(_BUFFER.pack(ref, offset, nbytes, slot[block.arena_id, block.segment_id])
+                 for (block, offset, nbytes), ref in zip(placed, refs))
     parts.append(data)
     return b"".join(parts)
+
+
+def _place(raw):
+    """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
+    from mizu._arrays import arena_block, default_arena
+
+    found = arena_block(raw)
+    if found is not None:
+        try:
+            memoryview(found[0])
+            return found
+        except BufferError:   # a block inherited through fork: this process holds no reference to share
+            pass
+    block = default_arena().alloc(raw.nbytes)
+    memoryview(block)[:raw.nbytes] = raw
+    return block, 0, raw.nbytes
 
 
 def _send_fds(channel, fds):
     # One byte carries them. No acknowledgement (multiprocessing.reduction
     # waits for one on macOS): the receiver reads them only after the message
-    # that follows them is in the ring.
-    channel.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    # that follows them is in the ring. MSG_NOSIGNAL: a peer that has exited
+    # is an error here, not a SIGPIPE for a process that restored its default.
+    channel.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))], _NO_SIGNAL)
 
 
 def _receive_fds(channel, count):
@@ -139,10 +159,7 @@ def loads(message, channel=None):
         return pickle.loads(message)
     _, _, count = _OOB.unpack_from(message)
     entries = [_BUFFER.unpack_from(message, _OOB.size + i * _BUFFER.size) for i in range(count)]
-    wanted = max(entry[3] for entry in entries) + 1
-    fds = []
-    while len(fds) < wanted:
-        fds += _receive_fds(channel, min(_MAX_FDS, wanted - len(fds)))
+    fds = _receive_fds(channel, max(entry[3] for entry in entries) + 1)
     try:
         buffers = [memoryview(open_block(ref, fds[index]))[offset:offset + nbytes]
                    for ref, offset, nbytes, index in entries]

@@ -331,3 +331,11 @@ class Dummy:
 
     def __init__(self, value):
         self.value = value
+
+
+SHARED = None   # set by a test before a fork pool starts, so its workers inherit it
+
+
+def shared_slice(n):
+    """A view of the array the worker inherited through fork."""
+    return SHARED[:n]

@@ -2,6 +2,7 @@
 
 import gc
 import multiprocessing
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pytest
@@ -123,3 +124,34 @@ def test_pandas_objects_round_trip(pool):
     pd.testing.assert_frame_equal(back, frame)
     series = frame["x"] * 2
     pd.testing.assert_series_equal(pool.submit(children.echo_value, series).result(timeout=60), series)
+
+
+def test_a_worker_returns_a_view_of_an_array_it_inherited(executor_type, monkeypatch):
+    monkeypatch.setattr(children, "SHARED", mizu.full(100_000, 2.0))
+    with executor_type(1, mp_context=multiprocessing.get_context("fork")) as ex:
+        back = ex.submit(children.shared_slice, 10_000).result(timeout=60)
+    np.testing.assert_array_equal(back, np.full(10_000, 2.0))
+
+
+def test_a_failed_worker_start_leaves_nothing_pending(executor_type):
+    ex = executor_type(2, mp_context=multiprocessing.get_context("spawn"), initializer=lambda: None)
+    with pytest.raises(Exception, match="pickle|Pickl"):
+        ex.submit(children.describe, 1).result(timeout=60)
+    ex.shutdown(wait=True)
+
+
+def test_arrays_sent_to_a_dead_worker_break_the_pool(executor_type):
+    ex = executor_type(1)
+    fatal = ex.submit(children.die, 3)
+    futures = []
+    try:
+        for _ in range(200):
+            futures.append(ex.submit(children.describe, np.zeros(4096)))
+    except BrokenProcessPool:
+        pass
+    with pytest.raises(BrokenProcessPool):
+        fatal.result(timeout=60)
+    for future in futures:
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=60)
+    ex.shutdown()
