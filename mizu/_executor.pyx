@@ -17,6 +17,12 @@ Data flow (one shared segment per pool; every arrow is a ring in it):
       v
     future.set_result() / set_exception()
 
+Beside its ring, each worker shares a Unix socket pair with the client: the
+descriptors of shared-memory segments that a message's arrays live in cross
+it, in both directions, just before the message enters a ring (see
+mizu._protocol). With fork every worker starts at the first submit; with
+spawn and forkserver one starts whenever a submit finds none idle.
+
 Every 20 ms slice, whoever drains polls each worker's pidfd; a worker that
 died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
 on every pending future, then on submit).
@@ -280,7 +286,11 @@ cdef class _Pool:
                     # No worker started for it (an initializer that cannot
                     # be pickled for spawn, no descriptors left): it must not
                     # stay pending, or shutdown would wait for it forever.
-                    self.pending.remove(item)
+                    # (Another thread may have sent it to a running worker.)
+                    try:
+                        self.pending.remove(item)
+                    except ValueError:
+                        pass
                     raise
         self.dispatch()
         if self.pending and self.take_recv(0):

@@ -32,7 +32,7 @@ receiver can map the blocks even if the sender has exited since. When they
 cannot be sent, the buffers go inside the pickle after all.
 
 A message longer than a slot is cut into frames. A whole message starts with
-the pickle protocol byte 0x80 or with OOB; a first frame is FIRST + sender
+WIRE, OOB or the pickle protocol byte 0x80; a first frame is FIRST + sender
 (2 bytes) + total length (8 bytes) + data, and later frames CONTINUED + sender
 + data. The sender lets the client reassemble frames from workers writing at
 once.
