@@ -44,7 +44,7 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._future import LazyFuture, set_exception, set_result, set_running
-from mizu._protocol import BATCH, CALL, OK, OOB, PICKLE, RETIRING, WIRE, Reassembler, dumps, frames, loads, sender_of
+from mizu._protocol import BATCH, CALL, OK, OOB, RETIRING, Reassembler, dumps, frames, is_frame, loads, sender_of
 from mizu._worker import main as _worker_main
 
 _SLICE = 0.02
@@ -454,8 +454,7 @@ cdef class _Pool:
     cdef handle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
-        kind = frame[0]
-        message = frame if kind == WIRE or kind == PICKLE else self.reassembler.feed(frame)
+        message = self.reassembler.feed(frame) if is_frame(frame[0]) else frame
         if message is None:
             return
         try:

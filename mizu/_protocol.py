@@ -44,6 +44,7 @@ import pickle
 import socket
 import struct
 
+from mizu import _arrays
 from mizu._arena import REF_SIZE, open_block
 from mizu._wire import decode, encode_plain
 
@@ -110,16 +111,14 @@ def dumps(obj, sender=0, channel=None):
 
 def _place(raw):
     """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
-    from mizu._arrays import arena_block, default_arena
-
-    found = arena_block(raw)
+    found = _arrays.arena_block(raw)
     if found is not None:
         try:
             memoryview(found[0])
             return found
         except BufferError:   # a block inherited through fork: this process holds no reference to share
             pass
-    block = default_arena().alloc(raw.nbytes)
+    block = _arrays.default_arena().alloc(raw.nbytes)
     memoryview(block)[:raw.nbytes] = raw
     return block, 0, raw.nbytes
 
@@ -143,6 +142,11 @@ def _receive_fds(channel, count):
             os.close(fd)
         raise ConnectionError(f"expected {count} shared-memory descriptors from the peer, got {len(fds)}")
     return list(fds)
+
+
+def is_frame(kind):
+    """Whether a message's first byte marks a frame of a longer message, for a Reassembler."""
+    return kind == FIRST or kind == CONTINUED
 
 
 def sender_of(message):
@@ -187,24 +191,21 @@ class Reassembler:
         self.partial = {}
 
     def feed(self, frame):
-        """The whole message if frame completes one, else None."""
-        kind = frame[0]
-        if kind == FIRST:
+        """The whole message if frame (FIRST or CONTINUED) completes one, else None."""
+        if frame[0] == FIRST:
             _, sender, total = _FIRST.unpack_from(frame)
             buf = bytearray(frame[_FIRST.size:])
             if len(buf) >= total:
                 return bytes(buf)
             self.partial[sender] = (buf, total)
             return None
-        if kind == CONTINUED:
-            _, sender = _CONTINUED.unpack_from(frame)
-            buf, total = self.partial[sender]
-            buf += memoryview(frame)[_CONTINUED.size:]
-            if len(buf) < total:
-                return None
-            del self.partial[sender]
-            return bytes(buf)
-        return frame
+        _, sender = _CONTINUED.unpack_from(frame)
+        buf, total = self.partial[sender]
+        buf += memoryview(frame)[_CONTINUED.size:]
+        if len(buf) < total:
+            return None
+        del self.partial[sender]
+        return bytes(buf)
 
     def forget(self, sender):
         self.partial.pop(sender, None)

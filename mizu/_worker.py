@@ -8,7 +8,7 @@ import time
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, OK, OOB, PICKLE, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, loads
+from mizu._protocol import CALL, OK, RAISED, RETIRING, Reassembler, dumps, frames, is_frame, loads
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -69,7 +69,7 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
             message = pop(peer=client)
         except (EOFError, _core.PeerDiedError):
             return
-        if message[0] != PICKLE and message[0] != WIRE and message[0] != OOB:
+        if is_frame(message[0]):
             message = partial.feed(message)
             if message is None:
                 continue
