@@ -118,8 +118,6 @@ cdef class Segment:
         The memory cannot be reserved.
     """
 
-    cdef unique_ptr[CSegment] seg
-
     def __init__(self, size, *, dir=None, waiter=None):
         cdef size_t nbytes = _bounded("segment size", size, 1 << 62)
         cdef WaitBackend backend = <WaitBackend><int>_backend(waiter)
@@ -213,8 +211,6 @@ cdef class PeerWatch:
         No process has this pid.
     """
 
-    cdef unique_ptr[CPeerWatch] watch
-
     def __init__(self, pid):
         self.watch.reset(new CPeerWatch(operator.index(pid)))
 
@@ -260,13 +256,6 @@ cdef class PeerWatch:
 
 
 cdef class _Ring:
-    cdef unique_ptr[AnyRing] ring
-    cdef unique_ptr[Waiter] pop_waiter
-    cdef unique_ptr[Waiter] push_waiter
-    cdef readonly Segment segment
-    cdef readonly size_t offset
-    cdef uint32_t max_msg
-
     def __init__(self, Segment segment not None, capacity, max_message):
         cdef uint64_t cap = _bounded("ring capacity", capacity, 1 << 62)
         cdef uint32_t msg = _bounded("max_message", max_message, 1 << 31)
@@ -463,10 +452,7 @@ cdef class _Ring:
 
         The next message as bytes, or None if the ring is empty.
         """
-        cdef Reservation res
-        if self.ring.get().begin_pop(res):
-            return self._take(res)
-        return None
+        return self._try_pop()
 
     def pop(self, timeout=None, *, PeerWatch peer=None):
         """pop(timeout=None, *, peer=None)
@@ -485,6 +471,15 @@ cdef class _Ring:
         EOFError
             The ring is closed and empty.
         """
+        return self._pop(timeout, peer)
+
+    cdef object _try_pop(self):
+        cdef Reservation res
+        if self.ring.get().begin_pop(res):
+            return self._take(res)
+        return None
+
+    cdef object _pop(self, object timeout, PeerWatch peer):
         cdef Reservation res
         cdef WaitOptions opt
         cdef WaitStatus st

@@ -28,6 +28,16 @@ died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
 on every pending future, then on submit).
 """
 
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
+                               PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
+from libc.stdint cimport int64_t
+
+from mizu._core cimport _Ring
+from mizu._future cimport set_exception, set_result, set_running
+from mizu._wire cimport decode, encode_plain
+from mizu.includes.spin cimport kForever, now_ns
+
 import collections
 import itertools
 import multiprocessing
@@ -43,17 +53,24 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 from time import monotonic as _monotonic
 
 from mizu import _core
-from mizu._future import LazyFuture, set_exception, set_result, set_running
-from mizu._protocol import BATCH, CALL, OK, OOB, RETIRING, Reassembler, dumps, frames, is_frame, loads, sender_of
+from mizu._future import LazyFuture
+from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, OK, OOB, RETIRING, WIRE, Reassembler, dumps, frames, loads,
+                            sender_of)
 from mizu._worker import main as _worker_main
 
+cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
+cdef int _OK = OK, _RETIRING = RETIRING
 _SLICE = 0.02
+cdef int64_t _SLICE_NS = 20_000_000
 _IDLE = 0.1
 _POLL = 0.002
 _FEED = 0.0002
+cdef int64_t _FEED_NS = 200_000
 _TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16
 _MAX_DEPTH = 48
 _SHORT_TASK = 200e-6
+cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
+cdef double _SHORT_TASK_C = _SHORT_TASK
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
 
@@ -62,8 +79,60 @@ _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while t
                   "pending.")
 
 
+cdef extern from "pythread.h":
+    PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds, int intr_flag) nogil
+    unsigned long PyThread_get_thread_ident()
+
+
+cdef class _Lock:
+    """A mutex that Cython takes and releases without a Python call.
+
+    A blocking take releases the GIL and wakes every slice to run signal
+    handlers, so Ctrl-C interrupts it as it does threading.Lock.acquire().
+    """
+
+    cdef PyThread_type_lock lock
+
+    def __cinit__(self):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError("cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    cdef bint take(self, int64_t deadline_ns) except -1:
+        """Acquire by deadline_ns (now_ns's clock; 0: only if free, kForever: no limit)."""
+        cdef int64_t step
+        cdef PyLockStatus status
+        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+            return True
+        while deadline_ns != 0:
+            step = _SLICE_NS if deadline_ns == kForever else min(_SLICE_NS, deadline_ns - now_ns())
+            if step <= 0:
+                return False
+            with nogil:
+                status = PyThread_acquire_lock_timed(self.lock, step // 1000, 0)
+            if status == PY_LOCK_ACQUIRED:
+                return True
+            PyErr_CheckSignals()
+        return False
+
+    cdef void give(self) noexcept:
+        PyThread_release_lock(self.lock)
+
+    def __enter__(self):
+        self.take(kForever)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.give()
+
+
 cdef class _WorkItem:
-    cdef readonly object future, fn, payload
+    cdef readonly object future, fn
+    cdef readonly tuple payload
     cdef readonly int kind
     cdef readonly Py_ssize_t calls
 
@@ -73,10 +142,39 @@ cdef class _WorkItem:
 
 cdef object _lazy_result = LazyFuture.result
 cdef object _lazy_exception = LazyFuture.exception
+cdef object _PENDING = _base.PENDING
+cdef object _RUNNING = _base.RUNNING
+cdef object _FINISHED = _base.FINISHED
+
+
+cdef inline bint _done(future) except -1:
+    state = future._state
+    return not (state is _RUNNING or state is _PENDING)
+
+
+cdef object _drain_for(future, timeout):
+    """Drain results until future is done; the part of timeout left for the stdlib's own wait."""
+    if _done(future):
+        return timeout
+    pool = future._pool()
+    if pool is None:
+        return timeout
+    if timeout is None:
+        (<_Pool>pool).wait_until(future, kForever)
+        return None
+    deadline = _monotonic() + timeout
+    (<_Pool>pool).wait_until(future, now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9))
+    return max(0.0, deadline - _monotonic())
 
 
 class _Future(LazyFuture):
-    """A concurrent.futures.Future whose waiting caller drains results itself."""
+    """A concurrent.futures.Future whose waiting caller drains results itself.
+
+    Each pool makes a subclass of its own whose `_pool` names it (weakly),
+    so a new future needs no attribute set.
+    """
+
+    _pool = None
 
     def _watched(self):
         # A callback, wait() or as_completed() now depends on the drain thread.
@@ -84,29 +182,28 @@ class _Future(LazyFuture):
         if pool is not None:
             pool.watch()
 
-    def _drain_for(self, timeout):
-        """Drain results until done; the part of timeout left for the stdlib's own wait."""
-        if self.done():
-            return timeout
-        pool = self._pool()
-        if pool is None:
-            return timeout
-        deadline = None if timeout is None else _monotonic() + timeout
-        pool.wait_for(self, timeout)
-        return None if deadline is None else max(0.0, deadline - _monotonic())
-
     def result(self, timeout=None):
-        return _lazy_result(self, self._drain_for(timeout))
+        if self._state is not _FINISHED:
+            timeout = _drain_for(self, timeout)
+            if self._state is not _FINISHED:
+                return _lazy_result(self, timeout)
+        # A traceback from Cython code holds no frame with this future in it,
+        # so raising here makes no cycle through the exception.
+        exception = self._exception
+        if exception is not None:
+            raise exception
+        return self._result
 
     def exception(self, timeout=None):
-        return _lazy_exception(self, self._drain_for(timeout))
+        return _lazy_exception(self, _drain_for(self, timeout))
 
 
 cdef class _Worker:
     """One worker slot: its process, task ring and client-side bookkeeping."""
 
     cdef readonly Py_ssize_t index
-    cdef readonly object ring, outbox
+    cdef readonly _Ring ring
+    cdef readonly object outbox
     cdef readonly dict in_flight, registered
     cdef public object process, watch, channel
     cdef public Py_ssize_t started_tasks
@@ -123,28 +220,37 @@ cdef class _Worker:
         self.started_tasks = 0        # tasks sent to the current process
 
 
-def _registrable(fn):
+cdef object _FunctionType = types.FunctionType
+cdef object _BuiltinFunctionType = types.BuiltinFunctionType
+cdef object _ModuleType = types.ModuleType
+
+
+cdef inline bint _registrable(fn) except -1:
     # Plain functions and module-level builtins pickle by qualified name, so
     # sending one once and then its id is exactly what pickling it every
     # time would do. Anything else (bound methods, partials, instances)
     # carries state that may change between calls, and is pickled each time.
     kind = type(fn)
-    return kind is types.FunctionType or (kind is types.BuiltinFunctionType
-                                          and isinstance(fn.__self__, types.ModuleType))
+    return kind is _FunctionType or (kind is _BuiltinFunctionType and isinstance(fn.__self__, _ModuleType))
 
 
 cdef class _Pool:
     """The state shared by the Executor, its futures and the drain thread."""
 
-    cdef readonly object context, initializer, initargs, max_tasks, segment, results
-    cdef readonly list slots, workers, drainers
+    cdef readonly object context, initializer, initargs, max_tasks, segment
+    cdef readonly _Ring results
+    cdef readonly list slots, workers
+    cdef readonly Py_ssize_t drainers     # callers draining in wait_until
     cdef readonly bint on_demand
-    cdef readonly object idle, pending, ids, fn_ids, send_lock, recv_lock, state_lock, kicked, reassembler, ref
+    cdef readonly object idle, pending, state_lock, kicked, reassembler, ref, future_type
+    cdef readonly _Lock send_lock, recv_lock
     cdef readonly set feeding
-    cdef public object recv_owner, broken, thread
+    cdef readonly unsigned long recv_owner
+    cdef public object broken, thread
     cdef public bint watched, shutting_down, started
     cdef public double task_seconds
     cdef public Py_ssize_t depth
+    cdef unsigned long long last_task_id, last_fn_id     # under send_lock
     cdef object __weakref__
 
     def __init__(self, max_workers, context, initializer, initargs, max_tasks):
@@ -164,13 +270,11 @@ cdef class _Pool:
         self.on_demand = context.get_start_method(allow_none=False) != "fork"
         self.idle = collections.deque()   # one entry per completed task, taken by a submit instead of a start
         self.pending = collections.deque()
-        self.ids = itertools.count(1)
-        self.fn_ids = itertools.count(1)
-        self.send_lock = threading.Lock()
-        self.recv_lock = threading.Lock()
+        self.send_lock = _Lock()
+        self.recv_lock = _Lock()
         self.state_lock = threading.RLock()
-        self.recv_owner = None
-        self.drainers = []            # one entry per caller draining in wait_for (append/pop are atomic)
+        self.recv_owner = 0             # the thread holding recv_lock
+        self.drainers = 0
         self.watched = False
         self.kicked = threading.Event()
         self.reassembler = Reassembler()
@@ -182,6 +286,7 @@ cdef class _Pool:
         self.started = False
         self.thread = None
         self.ref = weakref.ref(self)
+        self.future_type = type("Future", (_Future,), {"_pool": self.ref, "__module__": __name__})
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -265,33 +370,36 @@ cdef class _Pool:
 
     # -- submitting ---------------------------------------------------------------------------
 
-    def submit(self, kind, fn, payload, calls=1):
-        future = _Future()
-        future._pool = self.ref
-        item = _WorkItem(future, kind, fn, payload, calls)
-        with self.state_lock:
-            if self.broken is not None:
-                raise BrokenProcessPool(self.broken)
-            if self.shutting_down:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if _interpreter_exiting:
-                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-            if not self.started:
-                self.start()
+    cpdef submit(self, int kind, fn, tuple payload, Py_ssize_t calls=1):
+        cdef _WorkItem item = _WorkItem.__new__(_WorkItem)
+        future = self.future_type()
+        item.future, item.kind, item.fn, item.payload, item.calls = future, kind, fn, payload, calls
+        if self.started and len(self.workers) == len(self.slots):
+            # Every worker has started. Nothing from here to the append runs
+            # Python code, so under the GIL no other thread runs in between:
+            # shutdown() and terminate_broken() set their flags, and the
+            # latter empties `pending`, either wholly before or wholly after.
+            self.refuse_if_closed()
             self.pending.append(item)
-            if self.on_demand:
-                try:
-                    self.adjust()
-                except BaseException:
-                    # No worker started for it (an initializer that cannot
-                    # be pickled for spawn, no descriptors left): it must not
-                    # stay pending, or shutdown would wait for it forever.
-                    # (Another thread may have sent it to a running worker.)
+        else:
+            with self.state_lock:
+                self.refuse_if_closed()
+                if not self.started:
+                    self.start()
+                self.pending.append(item)
+                if self.on_demand:
                     try:
-                        self.pending.remove(item)
-                    except ValueError:
-                        pass
-                    raise
+                        self.adjust()
+                    except BaseException:
+                        # No worker started for it (an initializer that cannot
+                        # be pickled for spawn, no descriptors left): it must not
+                        # stay pending, or shutdown would wait for it forever.
+                        # (Another thread may have sent it to a running worker.)
+                        try:
+                            self.pending.remove(item)
+                        except ValueError:
+                            pass
+                        raise
         self.dispatch()
         if self.pending and self.take_recv(0):
             try:
@@ -300,27 +408,42 @@ cdef class _Pool:
                 self.give_recv()
         return future
 
+    cdef int refuse_if_closed(self) except -1:
+        if self.broken is not None:
+            raise BrokenProcessPool(self.broken)
+        if self.shutting_down:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if _interpreter_exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        return 0
+
     def batch_size(self, units, chunksize, workers):
         """Units per batch: enough batches to keep every worker busy to the end, each worth ~_BATCH_SECONDS."""
         by_time = max(1, int(_BATCH_SECONDS / (self.task_seconds * chunksize)))
         by_balance = max(1, units // (workers * 8))
         return min(by_time, by_balance, _MAX_BATCH)
 
-    cdef learn(self, double seconds):
+    cdef void learn(self, double seconds) noexcept:
         """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""
         self.task_seconds = seconds = 0.8 * self.task_seconds + 0.2 * seconds
-        self.depth = 2 if seconds >= _SHORT_TASK else min(_MAX_DEPTH, max(2, int(_SHORT_TASK / max(seconds, 1e-7))))
+        if seconds >= _SHORT_TASK_C:
+            self.depth = 2
+        else:
+            self.depth = <Py_ssize_t>min(<double>_MAX_DEPTH_C, max(2.0, _SHORT_TASK_C / max(seconds, 1e-7)))
 
     cdef dispatch(self):
         cdef _Worker worker
         cdef _WorkItem item
         if not self.pending and not self.feeding:
             return
-        unpicklable = []
-        with self.send_lock:
+        cdef list unpicklable = None
+        cdef Py_ssize_t depth
+        self.send_lock.take(kForever)
+        try:
             depth = self.depth
-            for worker in list(self.feeding):
-                self.flush(worker)
+            if self.feeding:
+                for worker in list(self.feeding):
+                    self.flush(worker)
             # terminate_broken takes send_lock: no item is between pending
             # and in_flight while it collects them.
             while self.pending and self.broken is None:
@@ -330,25 +453,37 @@ cdef class _Pool:
                 item = self.pending.popleft()
                 if not set_running(item.future):
                     continue
-                task_id = next(self.ids)
-                fn, fn_ref = item.fn, item.fn
+                self.last_task_id += 1
+                task_id = self.last_task_id
+                fn = fn_ref = item.fn
                 if _registrable(fn):
                     fn_ref = worker.registered.get(fn)
                     if fn_ref is None:
-                        fn_ref = (next(self.fn_ids), fn)
+                        self.last_fn_id += 1
+                        fn_ref = (self.last_fn_id, fn)
+                message = (item.kind, task_id, fn_ref, item.payload[0], item.payload[1])
                 try:
-                    data = dumps((item.kind, task_id, fn_ref, *item.payload), 0, worker.channel)
+                    data = encode_plain(message)
+                    if data is None:
+                        data = dumps(message, 0, worker.channel)
                 except BaseException as exc:
+                    if unpicklable is None:
+                        unpicklable = []
                     unpicklable.append((item.future, exc))
                     continue
+                finally:
+                    del message
                 if type(fn_ref) is tuple:
                     worker.registered[fn] = fn_ref[0]
                 worker.in_flight[task_id] = item
                 worker.started_tasks += 1
                 self.send(worker, data)
+        finally:
+            self.send_lock.give()
         # Completing a future runs its callbacks, which may submit: not under send_lock.
-        for future, exc in unpicklable:
-            _fail_like_the_feeder(future, exc)
+        if unpicklable is not None:
+            for future, exc in unpicklable:
+                _fail_like_the_feeder(future, exc)
 
     cdef _Worker pick(self, Py_ssize_t depth):
         cdef _Worker worker, best = None
@@ -361,81 +496,82 @@ cdef class _Pool:
                 best = worker
         return best
 
-    cdef send(self, _Worker worker, data):
-        ring = worker.ring
-        if not worker.outbox and len(data) <= ring.max_message and ring.try_push(data):
+    cdef send(self, _Worker worker, bytes data):
+        cdef _Ring ring = worker.ring
+        cdef Py_ssize_t n = len(data)
+        if not worker.outbox and n <= ring.max_msg and ring._push(data, n, False, None, None):
             return
-        if len(data) <= ring.max_message:
+        if n <= ring.max_msg:
             worker.outbox.append(data)
         else:
-            worker.outbox.extend(frames(data, worker.index, ring.max_message))
+            worker.outbox.extend(frames(data, worker.index, ring.max_msg))
         self.feeding.add(worker)
         self.flush(worker)
 
     cdef flush(self, _Worker worker):
-        outbox, ring = worker.outbox, worker.ring
-        while outbox and ring.try_push(outbox[0]):
+        cdef _Ring ring = worker.ring
+        outbox = worker.outbox
+        while outbox and ring._with_buffer(outbox[0], False, None, None):
             outbox.popleft()
         if not outbox:
             self.feeding.discard(worker)
 
     # -- receiving -----------------------------------------------------------------------------
 
-    cdef bint take_recv(self, double timeout) except -1:
-        """Acquire recv_lock (timeout 0: only if free), remembering the owner: callbacks run under it."""
-        if not self.recv_lock.acquire(timeout > 0, timeout if timeout > 0 else -1):
+    cdef bint take_recv(self, int64_t deadline_ns) except -1:
+        """Acquire recv_lock by deadline_ns (0: only if free), remembering the owner: callbacks run under it."""
+        if not self.recv_lock.take(deadline_ns):
             return False
-        self.recv_owner = threading.get_ident()
+        self.recv_owner = PyThread_get_thread_ident()
         return True
 
     cdef give_recv(self):
-        self.recv_owner = None
-        self.recv_lock.release()
+        self.recv_owner = 0
+        self.recv_lock.give()
 
-    def wait_for(self, future, timeout):
-        """Drain results in this thread until future is done or timeout passes."""
-        deadline = None if timeout is None else _monotonic() + timeout
-        if self.recv_owner == threading.get_ident():
+    cdef wait_until(self, future, int64_t deadline_ns):
+        """Drain results in this thread until future is done or deadline_ns (now_ns's clock, or kForever) passes."""
+        cdef int64_t now
+        if self.recv_owner == PyThread_get_thread_ident():
             raise RuntimeError("a done-callback cannot wait for a future of its own pool: it runs in the "
                                "thread that collects the results")
-        self.drainers.append(None)
+        self.drainers += 1
         try:
-            while not future.done():
-                remaining = None if deadline is None else deadline - _monotonic()
-                if remaining is not None and remaining <= 0:
+            while not _done(future):
+                now = now_ns()
+                if now >= deadline_ns:
                     return
-                if not self.take_recv(_SLICE):
+                if not self.take_recv(min(deadline_ns, now + _SLICE_NS)):
                     continue
                 try:
-                    self.drain_until(future, remaining)
+                    self.drain_until(future, deadline_ns)
                 finally:
                     self.give_recv()
                 if self.broken is not None or not self.started:
                     return
         finally:
-            self.drainers.pop()
+            self.drainers -= 1
 
-    cdef drain_until(self, future, remaining):
-        deadline = None if remaining is None else _monotonic() + remaining
-        pop = self.results.pop
-        checked = _monotonic()
-        while not future.done() and self.broken is None:
-            now = _monotonic()
-            if now - checked >= _SLICE:
+    cdef drain_until(self, future, int64_t deadline_ns):
+        cdef _Ring ring = self.results
+        cdef int64_t now, wait, checked = now_ns()
+        while not _done(future) and self.broken is None:
+            now = now_ns()
+            if now - checked >= _SLICE_NS:
                 # Results from other workers may keep coming while the one
                 # this future waits on is dead.
                 checked = now
                 self.check_workers()
-            wait = _SLICE if deadline is None else min(_SLICE, deadline - _monotonic())
+            wait = min(_SLICE_NS, deadline_ns - now)
             if wait <= 0:
                 return
-            if self.sending():
+            if self.feeding:
                 # Frames of a large task wait for room in a worker's ring,
                 # which frees as the worker reads: keep feeding it.
                 self.dispatch()
-                wait = min(wait, _FEED)
+                wait = min(wait, _FEED_NS)
             try:
-                frame = pop(wait)
+                frame = ring._pop(wait * 1e-9, None)
             except TimeoutError:
                 self.check_workers()
                 continue
@@ -443,28 +579,36 @@ cdef class _Pool:
             self.drain_ready()
 
     cdef drain_ready(self):
-        cdef bytes frame
-        try_pop = self.results.try_pop
-        frame = try_pop()
+        cdef _Ring ring = self.results
+        frame = ring._try_pop()
         while frame is not None:
             self.handle(frame)
-            frame = try_pop()
+            frame = ring._try_pop()
         self.dispatch()
 
     cdef handle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
-        message = self.reassembler.feed(frame) if is_frame(frame[0]) else frame
-        if message is None:
-            return
+        cdef unsigned char kind = frame[0]
+        message = frame
+        if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
+            message = self.reassembler.feed(frame)
+            if message is None:
+                return
+            kind = message[0]
+        cdef int status
+        cdef double seconds
         try:
-            channel = (<_Worker>self.workers[sender_of(message)]).channel if message[0] == OOB else None
-            index, task_id, status, value, seconds = loads(message, channel)
+            if kind == _WIRE_MESSAGE:
+                index, task_id, status, value, seconds = <tuple>decode(message)
+            else:
+                channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
+                index, task_id, status, value, seconds = <tuple>loads(message, channel)
         except BaseException as exc:
             self.terminate_broken(f"A result could not be unpickled: {exc!r}")
             return
         worker = self.workers[index]
-        if status == RETIRING:
+        if status == _RETIRING:
             self.replace(worker)
             return
         item = worker.in_flight.pop(task_id, None)
@@ -473,7 +617,7 @@ cdef class _Pool:
         self.learn(seconds / item.calls)
         if self.on_demand and len(self.workers) < len(self.slots):
             self.idle.append(None)
-        if status == OK:
+        if status == _OK:
             set_result(item.future, value)
         else:
             set_exception(item.future, value)
@@ -583,14 +727,14 @@ cdef class _Pool:
                 item.future.cancel()
         if not self.started:
             return
-        if wait and self.recv_owner == threading.get_ident():
+        if wait and self.recv_owner == PyThread_get_thread_ident():
             self.kicked.set()
             raise RuntimeError("shutdown(wait=True) cannot wait from a done-callback: it runs in the thread "
                                "that collects the pool's results")
         if wait:
             future = self.outstanding()
             while future is not None and self.broken is None:
-                self.wait_for(future, None)
+                self.wait_until(future, kForever)
                 future = self.outstanding()
         self.kicked.set()
         if wait:
@@ -710,7 +854,7 @@ class ProcessPoolExecutor(_base.Executor):
         RuntimeError
             The executor was shut down.
         """
-        return self._pool.submit(CALL, fn, (args, kwargs))
+        return (<_Pool>self._pool).submit(CALL, fn, (args, kwargs), 1)
 
     def _map(self, fn, iterables, timeout, chunksize, buffersize):
         if chunksize < 1:

@@ -1,12 +1,16 @@
 """A concurrent.futures.Future that builds its Condition only when a thread waits.
 
-The stock Future creates a threading.Condition in __init__ and takes it in
-every state change, which costs more than a whole round trip to a worker.
-Here the Condition is made on first use (by a waiting thread, wait(),
-as_completed() or a callback), and the state changes below take the fast
-path while nobody uses it. They run in C with the GIL held, so no other
-thread can run between their check of the Condition and their write of the
-state; a thread that creates the Condition afterwards sees the new state.
+The stock Future creates a threading.Condition and two lists in __init__
+and takes the Condition in every state change, which costs more than a
+whole round trip to a worker. Here a new future sets no attribute at all:
+its state, result and exception start as class attributes, and the
+Condition and the waiter and callback lists are made on first use (by a
+waiting thread, wait(), as_completed() or a callback). The state changes
+below take the fast path while nobody uses the Condition. They run in C
+with the GIL held, so no other thread can run between their check of the
+Condition and their write of the state; a thread that creates the
+Condition afterwards sees the new state. Callbacks and waiters are only
+ever added with the Condition held, so a future without one has neither.
 """
 
 import threading
@@ -25,16 +29,33 @@ cdef object _set_result = _base.Future.set_result
 cdef object _set_exception = _base.Future.set_exception
 
 
+cdef class _InstanceList:
+    """A class attribute that gives each instance its own list on first access."""
+
+    cdef str name
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        # Stored in the instance, which then shadows this descriptor.
+        value = instance.__dict__[self.name] = []
+        return value
+
+
 class LazyFuture(_base.Future):
     """concurrent.futures.Future with a lazily created Condition."""
 
-    def __init__(self):
-        self._lazy_condition = None
-        self._state = PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+    _lazy_condition = None
+    _state = PENDING
+    _result = None
+    _exception = None
+    _waiters = _InstanceList("_waiters")
+    _done_callbacks = _InstanceList("_done_callbacks")
+    # Not Future.__init__: a new future has nothing of its own yet.
+    __init__ = object.__init__
 
     @property
     def _condition(self):
@@ -84,7 +105,7 @@ class LazyFuture(_base.Future):
         set_exception(self, exception)
 
 
-cpdef bint set_running(future) except -1:
+cpdef bint set_running(object future) except -1:
     """Future.set_running_or_notify_cancel, without the Condition when nobody waits."""
     if future._lazy_condition is None and future._state is PENDING:
         future._state = RUNNING
@@ -93,13 +114,12 @@ cpdef bint set_running(future) except -1:
 
 
 cdef inline bint _unobserved(future) except -1:
-    # No Condition means no thread waits and no waiter list is attached; no
-    # callbacks means nothing else must run on completion.
+    # No Condition means no thread waits and no waiter or callback is attached.
     state = future._state
-    return future._lazy_condition is None and not future._done_callbacks and (state is RUNNING or state is PENDING)
+    return future._lazy_condition is None and (state is RUNNING or state is PENDING)
 
 
-cdef _complete(future, bint ok, value):
+cdef _complete(object future, bint ok, object value):
     if _unobserved(future):
         if ok:
             future._result = value
@@ -112,11 +132,11 @@ cdef _complete(future, bint ok, value):
         _set_exception(future, value)
 
 
-cpdef set_result(future, result):
+cpdef set_result(object future, object result):
     """Future.set_result, without the Condition when nobody waits or called back."""
     _complete(future, True, result)
 
 
-cpdef set_exception(future, exception):
+cpdef set_exception(object future, object exception):
     """Future.set_exception, without the Condition when nobody waits or called back."""
     _complete(future, False, exception)

@@ -95,7 +95,7 @@ def encode(obj):
     return PyBytes_FromStringAndSize(w.data(), w.size())
 
 
-def encode_plain(obj):
+cpdef object encode_plain(object obj):
     """encode_plain(obj)
 
     Encode a value made only of natively encoded parts, without pickle.
@@ -120,7 +120,7 @@ def encode_plain(obj):
     return PyBytes_FromStringAndSize(w.data(), w.size())
 
 
-def decode(data):
+cpdef object decode(object data):
     """decode(data)
 
     Decode one wire message.

@@ -1,14 +1,20 @@
 """The worker process: runs tasks popped from its ring and pushes results back."""
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t
+
+from mizu._core cimport PeerWatch, _Ring
+from mizu._wire cimport decode, encode_plain
+from mizu.includes.spin cimport now_ns
+
 import logging
 import os
 import threading
-import time
 
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, OK, RAISED, RETIRING, Reassembler, dumps, frames, is_frame, loads
+from mizu._protocol import CALL, OK, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, is_frame, loads
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -19,12 +25,13 @@ def _exit_with(client):
     os._exit(1)
 
 
-def _send(ring, data, index):
-    if len(data) <= ring.max_message:
-        ring.push(data)
+cdef _send(_Ring ring, bytes data, int index):
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    if n <= ring.max_msg:
+        ring._push(PyBytes_AS_STRING(data), n, True, None, None)
     else:
-        for frame in frames(data, index, ring.max_message):
-            ring.push(frame)
+        for frame in frames(data, index, ring.max_msg):
+            ring._with_buffer(frame, True, None, None)
 
 
 def _pickling_failed(index, task_id, exc):
@@ -44,9 +51,14 @@ def _run_units(fn, units, flat):
     return values, failures
 
 
-def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks):
+def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks):
     """Entry point of worker `index`; returns when the client closes its ring or dies."""
-    client = _core.PeerWatch(client_pid)
+    cdef PeerWatch client = _core.PeerWatch(client_pid)
+    cdef dict registry = {}
+    cdef Py_ssize_t done = 0
+    cdef int64_t start
+    cdef bytes message, data
+    cdef tuple task
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
     threading.Thread(target=_exit_with, args=(client,), daemon=True, name="mizu-client-watch").start()
@@ -59,41 +71,46 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
     # The watch thread above ends the worker when the client dies, so an idle
     # worker need not wake often; a slice still lets signal handlers run.
     tasks.slice_ns = _IDLE_SLICE_NS
-    registry = {}
     partial = Reassembler()
-    done = 0
-    clock = time.perf_counter
-    pop = tasks.pop
     while True:
         try:
-            message = pop(peer=client)
+            message = tasks._pop(None, client)
         except (EOFError, _core.PeerDiedError):
             return
         if is_frame(message[0]):
             message = partial.feed(message)
             if message is None:
                 continue
-        kind, task_id, fn_ref, *payload = loads(message, channel)
+        task = decode(message) if message[0] == WIRE else loads(message, channel)
+        kind, task_id, fn_ref = task[0], task[1], task[2]
         if type(fn_ref) is int:
             fn = registry[fn_ref]
         elif type(fn_ref) is tuple:
             registry[fn_ref[0]] = fn = fn_ref[1]
         else:
             fn = fn_ref
-        start = clock()
+        start = now_ns()
         try:
-            value = fn(*payload[0], **payload[1]) if kind == CALL else _run_units(fn, *payload)
+            if kind != CALL:
+                value = _run_units(fn, task[3], task[4])
+            elif task[4]:
+                value = fn(*task[3], **task[4])
+            else:
+                value = fn(*task[3])
             status = OK
         except BaseException as exc:
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
             status = RAISED
+        result = (index, task_id, status, value, (now_ns() - start) * 1e-9)
         try:
-            data = dumps((index, task_id, status, value, clock() - start), index, channel)
+            data = encode_plain(result)
+            if data is None:
+                data = dumps(result, index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
         # arrives: their finalizers may be what the client waits on.
-        del value, payload, message
+        del value, result, task, message
         _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:

@@ -1,0 +1,45 @@
+# The core's extension types, for other Cython modules of mizu to call at C speed.
+
+from libc.stdint cimport uint32_t
+from libcpp.memory cimport unique_ptr
+
+from mizu.includes.any_ring cimport AnyRing
+from mizu.includes.liveness cimport PeerWatch as CPeerWatch
+from mizu.includes.ring cimport Reservation, RingKind
+from mizu.includes.segment cimport Segment as CSegment
+from mizu.includes.waiter cimport WaitStatus, Waiter
+
+
+cdef class Segment:
+    cdef unique_ptr[CSegment] seg
+
+
+cdef class PeerWatch:
+    cdef unique_ptr[CPeerWatch] watch
+
+
+cdef class _Ring:
+    cdef unique_ptr[AnyRing] ring
+    cdef unique_ptr[Waiter] pop_waiter
+    cdef unique_ptr[Waiter] push_waiter
+    cdef readonly Segment segment
+    cdef readonly size_t offset
+    cdef uint32_t max_msg
+
+    cdef RingKind _kind(self) except *
+    cdef _bind(self, Segment segment, size_t offset, unique_ptr[AnyRing] ring)
+    cdef int _check(self, Py_ssize_t n) except -1
+    cdef int _push(self, const char* data, Py_ssize_t n, bint wait, object timeout, PeerWatch peer) except -1
+    cdef object _take(self, Reservation& res)
+    cdef int _raise_for(self, WaitStatus st, PeerWatch peer) except -1
+    cdef int _with_buffer(self, object data, bint wait, object timeout, PeerWatch peer) except -1
+    cdef object _try_pop(self)
+    cdef object _pop(self, object timeout, PeerWatch peer)
+
+
+cdef class SpscRing(_Ring):
+    pass
+
+
+cdef class MpmcRing(_Ring):
+    pass
