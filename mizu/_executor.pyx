@@ -34,7 +34,7 @@ from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyTh
 from libc.stdint cimport int64_t
 
 from mizu._core cimport _Ring
-from mizu._future cimport set_exception, set_result, set_running
+from mizu._future cimport Cell, is_done, new_future, set_exception, set_result, set_running
 from mizu._wire cimport decode, encode_plain
 from mizu.includes.spin cimport kForever, now_ns
 
@@ -132,70 +132,55 @@ cdef class _Lock:
 
 cdef class _WorkItem:
     cdef readonly object future, fn
+    cdef readonly Cell cell         # the future's state
     cdef readonly tuple payload
     cdef readonly int kind
     cdef readonly Py_ssize_t calls
 
-    def __init__(self, future, kind, fn, payload, calls):
-        self.future, self.kind, self.fn, self.payload, self.calls = future, kind, fn, payload, calls
-
 
 cdef object _lazy_result = LazyFuture.result
 cdef object _lazy_exception = LazyFuture.exception
-cdef object _PENDING = _base.PENDING
-cdef object _RUNNING = _base.RUNNING
 cdef object _FINISHED = _base.FINISHED
 
 
-cdef inline bint _done(future) except -1:
-    state = future._state
-    return not (state is _RUNNING or state is _PENDING)
-
-
-cdef object _drain_for(future, timeout):
-    """Drain results until future is done; the part of timeout left for the stdlib's own wait."""
-    if _done(future):
+cdef object _drain_for(Cell cell, timeout):
+    """Drain results until the future of cell is done; the part of timeout left for the stdlib's own wait."""
+    if is_done(cell):
         return timeout
-    pool = future._pool()
+    pool = cell.pool()
     if pool is None:
         return timeout
     if timeout is None:
-        (<_Pool>pool).wait_until(future, kForever)
+        (<_Pool>pool).wait_until(cell, kForever)
         return None
     deadline = _monotonic() + timeout
-    (<_Pool>pool).wait_until(future, now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9))
+    (<_Pool>pool).wait_until(cell, now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9))
     return max(0.0, deadline - _monotonic())
 
 
 class _Future(LazyFuture):
-    """A concurrent.futures.Future whose waiting caller drains results itself.
-
-    Each pool makes a subclass of its own whose `_pool` names it (weakly),
-    so a new future needs no attribute set.
-    """
-
-    _pool = None
+    """A concurrent.futures.Future whose waiting caller drains results itself."""
 
     def _watched(self):
         # A callback, wait() or as_completed() now depends on the drain thread.
-        pool = self._pool()
+        pool = (<Cell>self._cell).pool()
         if pool is not None:
             pool.watch()
 
     def result(self, timeout=None):
-        if self._state is not _FINISHED:
-            timeout = _drain_for(self, timeout)
-            if self._state is not _FINISHED:
+        cdef Cell cell = self._cell
+        if cell.state is not _FINISHED:
+            timeout = _drain_for(cell, timeout)
+            if cell.state is not _FINISHED:
                 return _lazy_result(self, timeout)
-        # A traceback from Cython code holds no frame with this future in it,
-        # so raising here makes no cycle through the exception.
-        exception = self._exception
-        if exception is not None:
-            raise exception
-        return self._result
+        # A traceback through Cython code holds no frame with this future in
+        # it, so raising here makes no reference cycle.
+        if cell.exception is not None:
+            raise cell.exception
+        return cell.result
 
     def exception(self, timeout=None):
-        return _lazy_exception(self, _drain_for(self, timeout))
+        return _lazy_exception(self, _drain_for(self._cell, timeout))
 
 
 cdef class _Worker:
@@ -242,7 +227,7 @@ cdef class _Pool:
     cdef readonly list slots, workers
     cdef readonly Py_ssize_t drainers     # callers draining in wait_until
     cdef readonly bint on_demand
-    cdef readonly object idle, pending, state_lock, kicked, reassembler, ref, future_type
+    cdef readonly object idle, pending, state_lock, kicked, reassembler, ref
     cdef readonly _Lock send_lock, recv_lock
     cdef readonly set feeding
     cdef readonly unsigned long recv_owner
@@ -286,7 +271,6 @@ cdef class _Pool:
         self.started = False
         self.thread = None
         self.ref = weakref.ref(self)
-        self.future_type = type("Future", (_Future,), {"_pool": self.ref, "__module__": __name__})
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -372,8 +356,10 @@ cdef class _Pool:
 
     cpdef submit(self, int kind, fn, tuple payload, Py_ssize_t calls=1):
         cdef _WorkItem item = _WorkItem.__new__(_WorkItem)
-        future = self.future_type()
-        item.future, item.kind, item.fn, item.payload, item.calls = future, kind, fn, payload, calls
+        cdef Cell cell = Cell.__new__(Cell)
+        cell.pool = self.ref
+        future = new_future(_Future, cell)
+        item.future, item.cell, item.kind, item.fn, item.payload, item.calls = future, cell, kind, fn, payload, calls
         if self.started and len(self.workers) == len(self.slots):
             # Every worker has started. Nothing from here to the append runs
             # Python code, so under the GIL no other thread runs in between:
@@ -451,7 +437,7 @@ cdef class _Pool:
                 if worker is None:
                     break
                 item = self.pending.popleft()
-                if not set_running(item.future):
+                if not set_running(item.future, item.cell):
                     continue
                 self.last_task_id += 1
                 task_id = self.last_task_id
@@ -529,22 +515,22 @@ cdef class _Pool:
         self.recv_owner = 0
         self.recv_lock.give()
 
-    cdef wait_until(self, future, int64_t deadline_ns):
-        """Drain results in this thread until future is done or deadline_ns (now_ns's clock, or kForever) passes."""
+    cdef wait_until(self, Cell cell, int64_t deadline_ns):
+        """Drain results in this thread until cell's future is done or deadline_ns (now_ns's clock, or kForever) passes."""
         cdef int64_t now
         if self.recv_owner == PyThread_get_thread_ident():
             raise RuntimeError("a done-callback cannot wait for a future of its own pool: it runs in the "
                                "thread that collects the results")
         self.drainers += 1
         try:
-            while not _done(future):
+            while not is_done(cell):
                 now = now_ns()
                 if now >= deadline_ns:
                     return
                 if not self.take_recv(min(deadline_ns, now + _SLICE_NS)):
                     continue
                 try:
-                    self.drain_until(future, deadline_ns)
+                    self.drain_until(cell, deadline_ns)
                 finally:
                     self.give_recv()
                 if self.broken is not None or not self.started:
@@ -552,10 +538,10 @@ cdef class _Pool:
         finally:
             self.drainers -= 1
 
-    cdef drain_until(self, future, int64_t deadline_ns):
+    cdef drain_until(self, Cell cell, int64_t deadline_ns):
         cdef _Ring ring = self.results
         cdef int64_t now, wait, checked = now_ns()
-        while not _done(future) and self.broken is None:
+        while not is_done(cell) and self.broken is None:
             now = now_ns()
             if now - checked >= _SLICE_NS:
                 # Results from other workers may keep coming while the one
@@ -618,9 +604,9 @@ cdef class _Pool:
         if self.on_demand and len(self.workers) < len(self.slots):
             self.idle.append(None)
         if status == _OK:
-            set_result(item.future, value)
+            set_result(item.future, item.cell, value)
         else:
-            set_exception(item.future, value)
+            set_exception(item.future, item.cell, value)
 
     cdef replace(self, _Worker worker):
         worker.process.join()
@@ -734,7 +720,7 @@ cdef class _Pool:
         if wait:
             future = self.outstanding()
             while future is not None and self.broken is None:
-                self.wait_until(future, kForever)
+                self.wait_until(future._cell, kForever)
                 future = self.outstanding()
         self.kicked.set()
         if wait:

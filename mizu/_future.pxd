@@ -1,5 +1,11 @@
-# The fast state changes of mizu._future, for the Executor to call at C speed.
+# The future's state as C fields, and its fast state changes, for the Executor.
 
-cpdef bint set_running(object future) except -1
-cpdef set_result(object future, object result)
-cpdef set_exception(object future, object exception)
+cdef class Cell:
+    cdef public object state, result, exception, condition, pool
+
+
+cdef object new_future(type cls, Cell cell)
+cdef bint set_running(object future, Cell cell) except -1
+cdef int set_result(object future, Cell cell, object result) except -1
+cdef int set_exception(object future, Cell cell, object exception) except -1
+cdef bint is_done(Cell cell) noexcept

@@ -1,14 +1,16 @@
-"""A concurrent.futures.Future that builds its Condition only when a thread waits.
+"""A concurrent.futures.Future whose state C code reads and writes directly.
 
 The stock Future creates a threading.Condition and two lists in __init__
 and takes the Condition in every state change, which costs more than a
-whole round trip to a worker. Here a new future sets no attribute at all:
-its state, result and exception start as class attributes, and the
-Condition and the waiter and callback lists are made on first use (by a
-waiting thread, wait(), as_completed() or a callback). The state changes
-below take the fast path while nobody uses the Condition. They run in C
-with the GIL held, so no other thread can run between their check of the
-Condition and their write of the state; a thread that creates the
+whole round trip to a worker. Here a future's state, result, exception and
+Condition live in a `Cell`, an extension object the Executor holds too, so
+its hot path reads and changes them as C fields; the stdlib's methods,
+which Future inherits, reach them through properties of the same names.
+The Condition and the waiter and callback lists are made on first use (by
+a waiting thread, wait(), as_completed() or a callback), and the state
+changes below take the fast path while nobody uses the Condition. They run
+in C with the GIL held, so no other thread can run between their check of
+the Condition and their write of the state; a thread that creates the
 Condition afterwards sees the new state. Callbacks and waiters are only
 ever added with the Condition held, so a future without one has neither.
 """
@@ -27,6 +29,15 @@ cdef object _Condition = threading.Condition
 cdef object _set_running = _base.Future.set_running_or_notify_cancel
 cdef object _set_result = _base.Future.set_result
 cdef object _set_exception = _base.Future.set_exception
+cdef object _future_result = _base.Future.result
+cdef object _future_exception = _base.Future.exception
+
+
+cdef class Cell:
+    """The state of one LazyFuture, and (weakly) the pool it belongs to."""
+
+    def __cinit__(self):
+        self.state = PENDING
 
 
 cdef class _InstanceList:
@@ -45,26 +56,38 @@ cdef class _InstanceList:
         return value
 
 
-class LazyFuture(_base.Future):
-    """concurrent.futures.Future with a lazily created Condition."""
+def _cell_field(name):
+    """A property of the future that is the cell's field `name`."""
+    def get(self):
+        return getattr(self._cell, name)
 
-    _lazy_condition = None
-    _state = PENDING
-    _result = None
-    _exception = None
+    def put(self, value):
+        setattr(self._cell, name, value)
+
+    return property(get, put)
+
+
+class LazyFuture(_base.Future):
+    """concurrent.futures.Future with its state in a Cell and a lazily created Condition."""
+
+    _state = _cell_field("state")
+    _result = _cell_field("result")
+    _exception = _cell_field("exception")
     _waiters = _InstanceList("_waiters")
     _done_callbacks = _InstanceList("_done_callbacks")
-    # Not Future.__init__: a new future has nothing of its own yet.
-    __init__ = object.__init__
+
+    def __init__(self):
+        self._cell = Cell()
 
     @property
     def _condition(self):
-        cond = self._lazy_condition
+        cdef Cell cell = self._cell
+        cond = cell.condition
         if cond is None:
             with _creation:
-                cond = self._lazy_condition
+                cond = cell.condition
                 if cond is None:
-                    cond = self._lazy_condition = _Condition()
+                    cond = cell.condition = _Condition()
             self._watched()
         return cond
 
@@ -72,71 +95,83 @@ class LazyFuture(_base.Future):
         """Called once, when a thread first waits on this future or registers a callback."""
 
     def done(self):
-        return self._state is FINISHED or self._state is CANCELLED or self._state is CANCELLED_AND_NOTIFIED
+        return is_done(self._cell)
 
     def running(self):
-        return self._state is RUNNING
+        return (<Cell>self._cell).state is RUNNING
 
     def cancelled(self):
-        return self._state is CANCELLED or self._state is CANCELLED_AND_NOTIFIED
+        state = (<Cell>self._cell).state
+        return state is CANCELLED or state is CANCELLED_AND_NOTIFIED
 
     def result(self, timeout=None):
-        if self._state is FINISHED:
-            if self._exception is not None:
-                try:
-                    raise self._exception
-                finally:
-                    self = None
-            return self._result
-        return _base.Future.result(self, timeout)
+        cdef Cell cell = self._cell
+        if cell.state is FINISHED:
+            # A traceback through Cython code holds no frame with this
+            # future in it, so raising here makes no reference cycle.
+            if cell.exception is not None:
+                raise cell.exception
+            return cell.result
+        return _future_result(self, timeout)
 
     def exception(self, timeout=None):
-        if self._state is FINISHED:
-            return self._exception
-        return _base.Future.exception(self, timeout)
+        cdef Cell cell = self._cell
+        if cell.state is FINISHED:
+            return cell.exception
+        return _future_exception(self, timeout)
 
     def set_running_or_notify_cancel(self):
-        return set_running(self)
+        return set_running(self, self._cell)
 
     def set_result(self, result):
-        set_result(self, result)
+        _complete(self, self._cell, True, result)
 
     def set_exception(self, exception):
-        set_exception(self, exception)
+        _complete(self, self._cell, False, exception)
 
 
-cpdef bint set_running(object future) except -1:
+cdef bint is_done(Cell cell) noexcept:
+    """Future.done() of the future whose state is cell."""
+    state = cell.state
+    return state is not RUNNING and state is not PENDING
+
+
+cdef object new_future(type cls, Cell cell):
+    """A future of class cls (a LazyFuture) whose state is cell."""
+    future = cls.__new__(cls)
+    future._cell = cell
+    return future
+
+
+cdef bint set_running(object future, Cell cell) except -1:
     """Future.set_running_or_notify_cancel, without the Condition when nobody waits."""
-    if future._lazy_condition is None and future._state is PENDING:
-        future._state = RUNNING
+    if cell.condition is None and cell.state is PENDING:
+        cell.state = RUNNING
         return True
     return _set_running(future)
 
 
-cdef inline bint _unobserved(future) except -1:
+cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
     # No Condition means no thread waits and no waiter or callback is attached.
-    state = future._state
-    return future._lazy_condition is None and (state is RUNNING or state is PENDING)
-
-
-cdef _complete(object future, bint ok, object value):
-    if _unobserved(future):
+    state = cell.state
+    if cell.condition is None and (state is RUNNING or state is PENDING):
         if ok:
-            future._result = value
+            cell.result = value
         else:
-            future._exception = value
-        future._state = FINISHED
+            cell.exception = value
+        cell.state = FINISHED
     elif ok:
         _set_result(future, value)
     else:
         _set_exception(future, value)
+    return 0
 
 
-cpdef set_result(object future, object result):
+cdef int set_result(object future, Cell cell, object result) except -1:
     """Future.set_result, without the Condition when nobody waits or called back."""
-    _complete(future, True, result)
+    return _complete(future, cell, True, result)
 
 
-cpdef set_exception(object future, object exception):
+cdef int set_exception(object future, Cell cell, object exception) except -1:
     """Future.set_exception, without the Condition when nobody waits or called back."""
-    _complete(future, False, exception)
+    return _complete(future, cell, False, exception)
