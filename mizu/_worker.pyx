@@ -14,10 +14,12 @@ import threading
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, OK, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, is_frame, loads
+from mizu._protocol import CALL, CONTINUED, FIRST, OK, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, loads
 
 
 _IDLE_SLICE_NS = 250_000_000
+cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _WIRE_MESSAGE = WIRE
+cdef int _CALL = CALL
 
 
 def _exit_with(client):
@@ -59,6 +61,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     cdef int64_t start
     cdef bytes message, data
     cdef tuple task
+    cdef unsigned char first
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
     threading.Thread(target=_exit_with, args=(client,), daemon=True, name="mizu-client-watch").start()
@@ -77,12 +80,14 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             message = tasks._pop(None, client)
         except (EOFError, _core.PeerDiedError):
             return
-        if is_frame(message[0]):
+        first = message[0]
+        if first == _FIRST_FRAME or first == _CONTINUED_FRAME:
             message = partial.feed(message)
             if message is None:
                 continue
-        task = decode(message) if message[0] == WIRE else loads(message, channel)
-        kind, task_id, fn_ref = task[0], task[1], task[2]
+            first = message[0]
+        task = decode(message) if first == _WIRE_MESSAGE else loads(message, channel)
+        task_id, fn_ref = task[1], task[2]
         if type(fn_ref) is int:
             fn = registry[fn_ref]
         elif type(fn_ref) is tuple:
@@ -91,7 +96,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             fn = fn_ref
         start = now_ns()
         try:
-            if kind != CALL:
+            if <int>task[0] != _CALL:
                 value = _run_units(fn, task[3], task[4])
             elif task[4]:
                 value = fn(*task[3], **task[4])
