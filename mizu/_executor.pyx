@@ -205,6 +205,10 @@ cdef class _Worker:
         self.started_tasks = 0        # tasks sent to the current process
 
 
+# Unbound, so that calling them skips the method lookup on each deque.
+cdef object _append = collections.deque.append
+cdef object _popleft = collections.deque.popleft
+
 cdef object _FunctionType = types.FunctionType
 cdef object _BuiltinFunctionType = types.BuiltinFunctionType
 cdef object _ModuleType = types.ModuleType
@@ -366,7 +370,7 @@ cdef class _Pool:
             # shutdown() and terminate_broken() set their flags, and the
             # latter empties `pending`, either wholly before or wholly after.
             self.refuse_if_closed()
-            self.pending.append(item)
+            _append(self.pending, item)
         else:
             with self.state_lock:
                 self.refuse_if_closed()
@@ -436,7 +440,7 @@ cdef class _Pool:
                 worker = self.pick(depth)
                 if worker is None:
                     break
-                item = self.pending.popleft()
+                item = _popleft(self.pending)
                 if not set_running(item.future, item.cell):
                     continue
                 self.last_task_id += 1

@@ -15,8 +15,18 @@ Condition afterwards sees the new state. Callbacks and waiters are only
 ever added with the Condition held, so a future without one has neither.
 """
 
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
+
 import threading
 from concurrent.futures import _base
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
 
 cdef object PENDING = _base.PENDING
 cdef object RUNNING = _base.RUNNING
@@ -75,6 +85,7 @@ class LazyFuture(_base.Future):
     _exception = _cell_field("exception")
     _waiters = _InstanceList("_waiters")
     _done_callbacks = _InstanceList("_done_callbacks")
+    __slots__ = ("_cell",)
 
     def __init__(self):
         self._cell = Cell()
@@ -136,10 +147,16 @@ cdef bint is_done(Cell cell) noexcept:
     return state is not RUNNING and state is not PENDING
 
 
+# Where a LazyFuture keeps its cell, to fill it in without a Python call.
+cdef Py_ssize_t _cell_offset = (<PyMemberDescrObject*>LazyFuture.__dict__["_cell"]).d_member.offset
+cdef tuple _no_arguments = ()
+
+
 cdef object new_future(type cls, Cell cell):
-    """A future of class cls (a LazyFuture) whose state is cell."""
-    future = cls.__new__(cls)
-    future._cell = cell
+    """A future of class cls (a LazyFuture without __init__ of its own) whose state is cell."""
+    future = (<PyTypeObject*>cls).tp_new(cls, <PyObject*>_no_arguments, NULL)
+    Py_INCREF(cell)
+    (<PyObject**>(<char*><PyObject*>future + _cell_offset))[0] = <PyObject*>cell
     return future
 
 
