@@ -3,11 +3,7 @@
 namespace mizu {
 
 namespace {
-uint32_t slot_size_for(uint32_t max_message) {
-    // Slots are whole 64-byte lines so a slot being read and the next one
-    // being written rarely share a line.
-    return uint32_t(round_up(sizeof(Slot) + max_message, 64));
-}
+uint32_t slot_size_for(uint32_t max_message) { return uint32_t(round_up(sizeof(Slot) + max_message, kSlotAlign)); }
 }  // namespace
 
 std::size_t RingBase::footprint(uint64_t capacity, uint32_t max_message) {
@@ -51,7 +47,9 @@ RingLayout* RingBase::check(void* mem, std::size_t bytes, RingKind kind) {
         throw std::invalid_argument(std::string("the ring at this offset is ") +
                                     (r->kind == uint32_t(RingKind::spsc) ? "single" : "multi") +
                                     "-producer, not the kind asked for");
-    if (r->slot_size < sizeof(Slot) + 1 || !is_power_of_two(r->capacity) ||
+    // Bounded as footprint() bounds them, so the product cannot overflow.
+    if (r->capacity < 2 || r->capacity > kMaxRingCapacity || !is_power_of_two(r->capacity) ||
+        r->slot_size < sizeof(Slot) + 1 || r->slot_size > kMaxSlotBytes || r->slot_size % kSlotAlign != 0 ||
         sizeof(RingLayout) + r->capacity * r->slot_size > bytes)
         throw std::invalid_argument("the ring at this offset is corrupt or larger than the segment");
     return r;

@@ -32,6 +32,9 @@ enum class RingKind : uint32_t { spsc = 1, mpmc = 2 };
 constexpr uint64_t kRingMagic = 0x474e49525a55494dULL;  // "MIUZRING"
 constexpr uint64_t kMaxRingCapacity = uint64_t(1) << 24;
 constexpr uint32_t kMaxSlotBytes = uint32_t(1) << 24;
+// Slots are whole 64-byte lines so a slot being read and the next one being
+// written rarely share a line.
+constexpr uint32_t kSlotAlign = 64;
 
 struct Slot {
     std::atomic<uint64_t> seq;  // turn number: pos + 1 once the message at pos is complete

@@ -230,6 +230,33 @@ void segments() {
     CHECK(throws<std::invalid_argument>([&] { SpscRing::attach(seg->base() + off, 4096); }));
 }
 
+// A ring header whose capacity or slot size no ring has is refused, even
+// where the slots it implies would seem to fit (the fuzzer's findings: a
+// capacity of 1, a slot size that misaligns the slots, and a capacity times
+// slot size that overflows to almost nothing).
+void ring_headers() {
+    Fixture f(8, 40, RingKind::mpmc, WaitBackend::native);
+    auto* r = reinterpret_cast<RingLayout*>(f.seg->base() + f.off);
+    const uint64_t capacity = r->capacity;
+    const uint32_t slot_size = r->slot_size;
+    auto refused = [&](uint64_t new_capacity, uint32_t new_slot_size) {
+        r->capacity = new_capacity;
+        r->slot_size = new_slot_size;
+        bool threw = throws<std::invalid_argument>([&] { f.ring<MpmcRing>(); });
+        r->capacity = capacity;
+        r->slot_size = slot_size;
+        return threw;
+    };
+    CHECK(!refused(capacity, slot_size));
+    CHECK(!refused(2, slot_size));
+    CHECK(refused(1, slot_size));
+    CHECK(refused(capacity, slot_size + 4));
+    CHECK(refused(capacity, 16));
+    CHECK(refused(uint64_t(1) << 63, slot_size));
+    CHECK(refused(uint64_t(1) << 58, kMaxSlotBytes));
+    CHECK(refused(2, kMaxSlotBytes + kSlotAlign));
+}
+
 
 // Arena blocks: a block's bytes follow from its id, so overlap or reuse
 // before release shows as corruption.
@@ -804,6 +831,7 @@ int main() {
     wire_rejects_malformed();
     wire_survives_garbage(300000);
     segments();
+    ring_headers();
     arena_model();
     arena_churn();
     arena_limits();
