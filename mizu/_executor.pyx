@@ -582,7 +582,11 @@ cdef class _Pool:
         cdef unsigned char kind = frame[0]
         message = frame
         if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
-            message = self.reassembler.feed(frame)
+            try:
+                message = self.reassembler.feed(frame)
+            except ValueError as exc:
+                self.terminate_broken(f"A result's frames do not fit together: {exc}")
+                return
             if message is None:
                 return
             kind = message[0]

@@ -36,6 +36,12 @@ WIRE, OOB or the pickle protocol byte 0x80; a first frame is FIRST + sender
 (2 bytes) + total length (8 bytes) + data, and later frames CONTINUED + sender
 + data. The sender lets the client reassemble frames from workers writing at
 once.
+
+Malformed input (a message or frame cut short, of no known kind, with
+lengths that disagree, or naming blocks that are not there) raises
+ValueError here, never reads past what it was given, and never maps memory
+other than the blocks named; a pickle that does not load raises what
+pickle.loads raises.
 """
 
 import array
@@ -133,7 +139,14 @@ def _send_fds(channel, fds):
 
 def _receive_fds(channel, count):
     fds = array.array("i")
-    data, ancillary, flags, _ = channel.recvmsg(1, socket.CMSG_SPACE(count * fds.itemsize))
+    # The sender sends the descriptors before the message goes into the ring,
+    # so they are waiting by now; a message that claims descriptors nobody
+    # sent must fail, not block.
+    try:
+        data, ancillary, flags, _ = channel.recvmsg(1, socket.CMSG_SPACE(count * fds.itemsize), socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        raise ConnectionError(f"expected {count} shared-memory descriptors from the peer, and none were waiting") \
+            from None
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
@@ -151,26 +164,71 @@ def is_frame(kind):
 
 def sender_of(message):
     """The sender named by an OOB message."""
-    return _OOB.unpack_from(message)[1]
+    return _unpack(_OOB, message, 0, "out-of-band message header")[1]
+
+
+def _unpack(layout, data, offset, what):
+    try:
+        return layout.unpack_from(data, offset)
+    except struct.error:
+        raise ValueError(f"a message of {len(data)} bytes ends before its {what} ({layout.size} bytes at byte "
+                         f"{offset})") from None
 
 
 def loads(message, channel=None):
-    """The object in a message from dumps; channel is the socket its descriptors came through."""
-    kind = message[0]
+    """loads(message, channel=None)
+
+    The object in a message from `dumps`.
+
+    Parameters
+    ----------
+    message : bytes
+        A whole message (frames joined by a `Reassembler`).
+    channel : socket.socket, optional
+        The socket the message's descriptors came through; an OOB message
+        needs it.
+
+    Raises
+    ------
+    ValueError
+        The message is malformed: empty, of no known kind, a wire message
+        that does not decode, an OOB message cut short or without a
+        channel, or one whose references name no live block (a block whose
+        reference is not opened stays allocated).
+    ConnectionError
+        An OOB message's descriptors are not waiting on `channel`.
+    Exception
+        Whatever `pickle.loads` raises for a pickle that does not load.
+    """
+    try:
+        kind = message[0]
+    except IndexError:
+        raise ValueError("an empty message") from None
     if kind == WIRE:
         return decode(message)
-    if kind != OOB:
+    if kind == PICKLE:
         return pickle.loads(message)
-    _, _, count = _OOB.unpack_from(message)
-    entries = [_BUFFER.unpack_from(message, _OOB.size + i * _BUFFER.size) for i in range(count)]
+    if kind != OOB:
+        raise ValueError(f"a message of unknown kind 0x{kind:02x}")
+    _, _, count = _unpack(_OOB, message, 0, "out-of-band message header")
+    if count == 0:
+        raise ValueError("an out-of-band message with no buffers")
+    entries = [_unpack(_BUFFER, message, _OOB.size + i * _BUFFER.size, "buffer reference") for i in range(count)]
+    if channel is None:
+        raise ValueError("an out-of-band message needs the socket its descriptors came through")
     fds = _receive_fds(channel, max(entry[3] for entry in entries) + 1)
     try:
-        buffers = [memoryview(open_block(ref, fds[index]))[offset:offset + nbytes]
-                   for ref, offset, nbytes, index in entries]
+        buffers = [_view(open_block(ref, fds[index]), offset, nbytes) for ref, offset, nbytes, index in entries]
     finally:
         for fd in fds:
             os.close(fd)
     return pickle.loads(memoryview(message)[_OOB.size + count * _BUFFER.size:], buffers=buffers)
+
+
+def _view(block, offset, nbytes):
+    if offset > len(block) or nbytes > len(block) - offset:
+        raise ValueError(f"a buffer of {nbytes} bytes at offset {offset} of a block of {len(block)} bytes")
+    return memoryview(block)[offset:offset + nbytes]
 
 
 def frames(data, sender, limit):
@@ -191,20 +249,42 @@ class Reassembler:
         self.partial = {}
 
     def feed(self, frame):
-        """The whole message if frame (FIRST or CONTINUED) completes one, else None."""
-        if frame[0] == FIRST:
-            _, sender, total = _FIRST.unpack_from(frame)
-            buf = bytearray(frame[_FIRST.size:])
-            if len(buf) >= total:
-                return bytes(buf)
-            self.partial[sender] = (buf, total)
-            return None
-        _, sender = _CONTINUED.unpack_from(frame)
-        buf, total = self.partial[sender]
-        buf += memoryview(frame)[_CONTINUED.size:]
-        if len(buf) < total:
-            return None
-        del self.partial[sender]
+        """feed(frame)
+
+        The whole message if frame (FIRST or CONTINUED) completes one, else None.
+
+        Raises
+        ------
+        ValueError
+            The frame does not continue its sender's frames: it is cut
+            short or of another kind, a CONTINUED frame has no FIRST before
+            it, a FIRST comes before the sender's last message is whole, or
+            the data runs past the length its FIRST announced. The sender's
+            partial message is dropped.
+        """
+        kind = frame[0] if len(frame) else None
+        if kind == FIRST:
+            _, sender, total = _unpack(_FIRST, frame, 0, "first frame header")
+            if self.partial.pop(sender, None) is not None:
+                raise ValueError(f"a first frame from sender {sender} before its last message was whole")
+            buf = bytearray(memoryview(frame)[_FIRST.size:])
+            if len(buf) < total:
+                self.partial[sender] = (buf, total)
+                return None
+        elif kind == CONTINUED:
+            _, sender = _unpack(_CONTINUED, frame, 0, "continued frame header")
+            try:
+                buf, total = self.partial.pop(sender)
+            except KeyError:
+                raise ValueError(f"a continued frame from sender {sender} with no first frame before it") from None
+            buf += memoryview(frame)[_CONTINUED.size:]
+            if len(buf) < total:
+                self.partial[sender] = (buf, total)
+                return None
+        else:
+            raise ValueError(f"a frame of {len(frame)} bytes that is neither a first nor a continued frame")
+        if len(buf) > total:
+            raise ValueError(f"frames from sender {sender} carry {len(buf)} bytes, more than the {total} announced")
         return bytes(buf)
 
     def forget(self, sender):
