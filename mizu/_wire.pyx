@@ -430,13 +430,17 @@ cdef object _array(Reader& r):
     for k in reversed(range(h.ndim)):
         c_order = c_order and (h.shape[k] == 1 or h.strides[k] == stride)
         stride *= h.shape[k]
-    if c_order or f_order or h.data.size == 0:
-        out = numpy.empty(shape, dtype, order="C" if c_order else "F")
-        memcpy(cnp.PyArray_DATA(out), h.data.data, h.data.size)
-    else:
-        inline = PyBytes_FromStringAndSize(h.data.data, <Py_ssize_t>h.data.size)
-        strides = tuple([h.strides[k] for k in range(h.ndim)])
-        out = numpy.ndarray(shape, dtype, buffer=inline, strides=strides).copy()
+    try:
+        if c_order or f_order or h.data.size == 0:
+            out = numpy.empty(shape, dtype, order="C" if c_order else "F")
+            memcpy(cnp.PyArray_DATA(out), h.data.data, h.data.size)
+        else:
+            inline = PyBytes_FromStringAndSize(h.data.data, <Py_ssize_t>h.data.size)
+            strides = tuple([h.strides[k] for k in range(h.ndim)])
+            out = numpy.ndarray(shape, dtype, buffer=inline, strides=strides).copy()
+    except ValueError as exc:
+        # An empty array may have a dimension numpy cannot index.
+        raise ValueError(f"wire message at byte {at}: numpy cannot make an array of shape {shape} ({exc})") from exc
     if h.typestr[1] == ord("b"):
         # Any nonzero byte is true; numpy's bools must be exactly 0 or 1.
         numpy.minimum(out.view(numpy.uint8), 1, out=out.view(numpy.uint8))

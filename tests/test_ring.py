@@ -2,6 +2,7 @@
 
 import collections
 import multiprocessing
+import os
 import pickle
 
 import pytest
@@ -116,12 +117,44 @@ TestCrossProcessRingModel = CrossProcessRingModel.TestCase
 
 
 @pytest.mark.parametrize("kind", RINGS)
-@given(data=st.one_of(st.binary(max_size=500), st.builds(bytearray, st.binary(max_size=500))))
-def test_any_buffer_round_trips(kind, data):
-    seg = _core.Segment(1 << 16)
-    ring = kind(seg, 2, 500)
-    ring.push(memoryview(data))
-    assert ring.pop(timeout=1) == bytes(data)
+@given(max_message=st.integers(1, 3000), data=st.data())
+def test_arbitrary_bytes_of_any_size_round_trip(kind, max_message, data):
+    """Messages of 0 bytes, of exactly the limit and of any size between come back identical from any
+    buffer type; one byte more is refused and leaves the ring as it was."""
+    ring = kind(_core.Segment(1 << 16), 4, max_message)
+    limit = ring.max_message
+    in_flight = collections.deque()
+    for _ in range(data.draw(st.integers(1, 12), label="messages")):
+        n = data.draw(st.sampled_from([0, limit, limit + 1]) | st.integers(0, limit + 1), label="size")
+        payload = data.draw(st.binary(min_size=n, max_size=n), label="payload")
+        buffer = data.draw(st.sampled_from([bytes, bytearray, memoryview]), label="type")(payload)
+        if n > limit:
+            with pytest.raises(ValueError, match=f"message of {n} bytes exceeds the ring's limit of {limit} bytes"):
+                ring.push(buffer)
+            assert len(ring) == len(in_flight)
+            continue
+        if len(in_flight) == ring.capacity:
+            assert ring.pop(timeout=1) == in_flight.popleft()
+        ring.push(buffer, timeout=1)
+        in_flight.append(payload)
+    while in_flight:
+        assert ring.try_pop() == in_flight.popleft()
+    assert ring.try_pop() is None
+
+
+@pytest.mark.parametrize("kind", RINGS)
+def test_the_largest_messages_cross_and_one_byte_more_is_refused(kind):
+    limit = (1 << 24) - 16
+    ring = kind(_core.Segment(kind.footprint(2, limit) + (1 << 16)), 2, limit)
+    assert ring.max_message == limit
+    payload = os.urandom(limit)
+    ring.push(payload)
+    assert ring.pop(timeout=5) == payload
+    with pytest.raises(ValueError, match=f"message of {limit + 1} bytes exceeds"):
+        ring.push(payload + b"x")
+    assert len(ring) == 0
+    with pytest.raises(ValueError, match="max_message"):
+        kind(_core.Segment(1 << 16), 2, limit + 1)
 
 
 @pytest.mark.parametrize("kind", RINGS)
