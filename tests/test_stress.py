@@ -1,6 +1,9 @@
 """Many producers and consumers in separate processes: every message arrives once, intact."""
 
 import multiprocessing
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +56,15 @@ def test_spsc_stream_across_processes_keeps_order():
         assert ring.pop(timeout=120, peer=watch) == children.numbered(7, seq, 300)
     producer.join(60)
     assert ring.try_pop() is None
+
+
+SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "benchmarks", "mizu-soak.py")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the soak reads /proc")
+def test_a_short_soak_runs_to_its_verdict():
+    """A tiny run keeps benchmarks/mizu-soak.py working; the full soak is run by hand."""
+    run = subprocess.run([sys.executable, "-P", SOAK, "--tasks", "3000", "--arrays", "6", "--array-mb", "2",
+                          "--intervals", "2", "--workers", "2"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "arrays: 6 in" in run.stdout and "arrays  memfd segments" in run.stdout
