@@ -196,7 +196,8 @@ def loads(message, channel=None):
         channel, or one whose references name no live block (a block whose
         reference is not opened stays allocated).
     ConnectionError
-        An OOB message's descriptors are not waiting on `channel`.
+        An OOB message's descriptors are not waiting on `channel`, or are
+        fewer than it names.
     Exception
         Whatever `pickle.loads` raises for a pickle that does not load.
     """
