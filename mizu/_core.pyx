@@ -21,7 +21,7 @@ from mizu.includes.any_ring cimport AnyRing
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.ring cimport Reservation, RingBase, RingKind, RingLayout
 from mizu.includes.segment cimport Segment as CSegment
-from mizu.includes.spin cimport cpu_relax, kForever, now_ns
+from mizu.includes.spin cimport kForever, now_ns
 from mizu.includes.waiter cimport WaitBackend, WaitOptions, WaitStats, WaitStatus, Waiter
 
 import operator
@@ -31,7 +31,6 @@ from multiprocessing import reduction
 
 __all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
 
-cdef int64_t _HELD_SPIN_NS = 2000
 _BACKENDS = {"native": <int>WaitBackend.native, "portable": <int>WaitBackend.portable}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 
@@ -484,16 +483,8 @@ cdef class _Ring:
         cdef Reservation res
         cdef WaitOptions opt
         cdef WaitStatus st
-        cdef int64_t until
         if self.ring.get().begin_pop(res):
             return self._take(res)
-        # A reply to a message just sent is often a microsecond away: look
-        # for it that long before paying for releasing and retaking the GIL.
-        until = now_ns() + _HELD_SPIN_NS
-        while now_ns() < until:
-            cpu_relax()
-            if self.ring.get().begin_pop(res):
-                return self._take(res)
         opt.deadline_ns = _deadline(timeout)
         if peer is not None:
             opt.peer = peer.watch.get()

@@ -3,4 +3,3 @@ from libc.stdint cimport int64_t
 cdef extern from "spin.hpp" namespace "mizu" nogil:
     int64_t now_ns()
     const int64_t kForever
-    void cpu_relax()
