@@ -428,6 +428,7 @@ cdef class _Pool:
             return
         cdef list unpicklable = None
         cdef Py_ssize_t depth
+        interrupted = None
         self.send_lock.take(kForever)
         try:
             depth = self.depth
@@ -452,20 +453,28 @@ cdef class _Pool:
                         self.last_fn_id += 1
                         fn_ref = (self.last_fn_id, fn)
                 message = (item.kind, task_id, fn_ref, item.payload[0], item.payload[1])
+                # In flight before it is pickled: pickling may run Python code
+                # and let another thread in, whose shutdown() must see it.
+                worker.in_flight[task_id] = item
                 try:
                     data = encode_plain(message)
                     if data is None:
                         data = dumps(message, 0, worker.channel)
                 except BaseException as exc:
+                    del worker.in_flight[task_id]
                     if unpicklable is None:
                         unpicklable = []
                     unpicklable.append((item.future, exc))
+                    if not isinstance(exc, Exception):
+                        # Ctrl-C or SystemExit while pickling: the task fails
+                        # with it, and the caller still gets it.
+                        interrupted = exc
+                        break
                     continue
                 finally:
                     del message
                 if type(fn_ref) is tuple:
                     worker.registered[fn] = fn_ref[0]
-                worker.in_flight[task_id] = item
                 worker.started_tasks += 1
                 self.send(worker, data)
         finally:
@@ -474,6 +483,8 @@ cdef class _Pool:
         if unpicklable is not None:
             for future, exc in unpicklable:
                 _fail_like_the_feeder(future, exc)
+        if interrupted is not None:
+            raise interrupted
 
     cdef _Worker pick(self, Py_ssize_t depth):
         cdef _Worker worker, best = None
@@ -594,10 +605,10 @@ cdef class _Pool:
         cdef double seconds
         try:
             if kind == _WIRE_MESSAGE:
-                index, task_id, status, value, seconds = <tuple>decode(message)
+                index, task_id, status, value, seconds = <tuple?>decode(message)
             else:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
-                index, task_id, status, value, seconds = <tuple>loads(message, channel)
+                index, task_id, status, value, seconds = <tuple?>loads(message, channel)
         except BaseException as exc:
             self.terminate_broken(f"A result could not be unpickled: {exc!r}")
             return

@@ -115,7 +115,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
         # arrives: their finalizers may be what the client waits on.
-        del value, result, task, message
+        del value, result, task, message, fn, fn_ref
         _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:

@@ -10,6 +10,8 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import sys
+import threading
+import time
 import traceback
 from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 
@@ -309,3 +311,37 @@ def test_a_pool_whose_thread_cannot_start_leaves_no_process(monkeypatch):
     with pytest.raises(BrokenProcessPool, match="thread could not start"):
         ex.submit(children.double, 1)
     ex.shutdown()
+
+
+class _SlowToPickle:
+    """Pickling it lets other threads run for a while, as a large argument's does."""
+
+    def __reduce__(self):
+        time.sleep(0.3)
+        return (_SlowToPickle, ())
+
+
+def test_shutdown_waits_for_a_task_being_pickled(executor_type):
+    with executor_type(1) as ex:
+        ex.submit(children.double, 1).result()
+        submitted = []
+        thread = threading.Thread(target=lambda: submitted.append(ex.submit(children.echo_value, _SlowToPickle())))
+        thread.start()
+        time.sleep(0.1)
+        ex.shutdown(wait=True)
+        thread.join()
+    assert isinstance(submitted[0].result(timeout=10), _SlowToPickle)
+
+
+class _InterruptsPickling:
+    def __reduce__(self):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_an_argument_pickles_reaches_the_caller():
+    """mizu pickles in submit's thread, so Ctrl-C there must reach the caller, not the future alone."""
+    with mizu.ProcessPoolExecutor(1) as ex:
+        ex.submit(children.double, 1).result()
+        with pytest.raises(KeyboardInterrupt):
+            ex.submit(children.echo_value, _InterruptsPickling())
+        assert ex.submit(children.double, 2).result(timeout=10) == 4
