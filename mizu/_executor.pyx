@@ -577,30 +577,48 @@ cdef class _Pool:
         self.dispatch()
 
     cdef handle(self, bytes frame):
+        # A signal handler's exception (Ctrl-C's KeyboardInterrupt, in the
+        # main thread) must not cut the handling of a frame short: its result
+        # would be lost, and its future never done. Handlers of signals that
+        # came while the frame was awaited run now, and what they raise is
+        # raised once the frame is handled.
+        try:
+            PyErr_CheckSignals()
+        except BaseException:
+            self.settle(frame)
+            raise
+        self.settle(frame)
+
+    cdef settle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
         cdef unsigned char kind = frame[0]
-        message = frame
-        if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
-            try:
-                message = self.reassembler.feed(frame)
-            except ValueError as exc:
-                self.terminate_broken(f"A result's frames do not fit together: {exc}")
-                return
-            if message is None:
-                return
-            kind = message[0]
         cdef int status
         cdef double seconds
         try:
+            message = frame
+            if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
+                try:
+                    message = self.reassembler.feed(frame)
+                except ValueError as exc:
+                    self.terminate_broken(f"A result's frames do not fit together: {exc}")
+                    return
+                if message is None:
+                    return
+                kind = message[0]
             if kind == _WIRE_MESSAGE:
                 index, task_id, status, value, seconds = <tuple>decode(message)
             else:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
                 index, task_id, status, value, seconds = <tuple>loads(message, channel)
-        except BaseException as exc:
+        except Exception as exc:
             self.terminate_broken(f"A result could not be unpickled: {exc!r}")
             return
+        except BaseException as exc:
+            # A signal came during unpickling, which runs Python code: what
+            # was read of the result is gone, so its future cannot be done.
+            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost")
+            raise
         worker = self.workers[index]
         if status == _RETIRING:
             self.replace(worker)

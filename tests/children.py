@@ -339,3 +339,72 @@ SHARED = None   # set by a test before a fork pool starts, so its workers inheri
 def shared_slice(n):
     """A view of the array the worker inherited through fork."""
     return SHARED[:n]
+
+
+# -- clients of the fault tests: run by `python -c`, they report on stdout --------------------------
+
+
+def wait_for_file(path, seconds=120):
+    """Sleep until path exists (a gate the test opens); return this worker's pid."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds} s")
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def mark_and_sleep(directory, data, seconds):
+    """Leave a file named by this worker's pid in directory, so the test sees the task running; then sleep."""
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+    time.sleep(seconds)
+    return len(data)
+
+
+def _executor(kind, method=None):
+    import concurrent.futures
+    import multiprocessing
+
+    import mizu
+
+    cls = mizu.ProcessPoolExecutor if kind == "mizu" else concurrent.futures.ProcessPoolExecutor
+    return cls(2, mp_context=multiprocessing.get_context(method))
+
+
+def _report(**fields):
+    import json
+
+    print(json.dumps(fields), flush=True)
+
+
+def client_with_busy_pool(method, directory):
+    """Keep both workers of a mizu pool busy and four tasks queued, each with a shared array; wait to be killed."""
+    import mizu
+
+    ex = _executor("mizu", method)
+    data = mizu.zeros(1 << 20)
+    for _ in range(6):
+        ex.submit(mark_and_sleep, directory, data, 600)
+    while len(os.listdir(directory)) < 2:
+        time.sleep(0.01)
+    _report(workers=sorted(ex._processes))
+    while True:
+        signal.pause()
+
+
+def client_interrupted(kind, where, gate):
+    """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally."""
+    ex = _executor(kind)
+    futures = [ex.submit(wait_for_file, gate) for _ in range(4)]
+    print("waiting", flush=True)
+    try:
+        if where == "result":
+            futures[-1].result()
+        elif where == "map":
+            for _ in ex.map(wait_for_file, [gate] * 4):
+                pass
+        else:
+            ex.shutdown(wait=True)
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)

@@ -1,0 +1,256 @@
+"""Faults on the client's side: the client killed, interrupted, forking, short of memory, crowded or exiting.
+
+A client that must die, be interrupted or exit runs as a subprocess (``python
+-c``, its code in children.py) in a session of its own, so that every process
+it starts is found by its process group, and whatever is left of the group at
+the end of a test is killed. Every wait is bounded: a hang fails the test.
+Where the stdlib behaves, the same case runs against it as the oracle.
+"""
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import mizu
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+class Client:
+    """A client subprocess: its stdout lines as they come, its stderr at the end."""
+
+    def __init__(self, call, cwd, env=None, preexec_fn=None):
+        environ = dict(os.environ, **(env or {}))
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, environ.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
+                                     env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True, preexec_fn=preexec_fn)
+        self.pid = self.proc.pid
+        self.lines = queue.Queue()
+        self.err = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append), daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, put):
+        for line in stream:
+            put(line)
+        put(None)
+
+    def line(self, timeout=60):
+        """The next line of stdout; fails after timeout seconds."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"the client printed nothing for {timeout} s; stderr so far: {''.join(self.err)}")
+        assert line is not None, f"the client ended early; stderr: {self.wait(60)[1]}"
+        return line.strip()
+
+    def wait(self, timeout):
+        """(exit code, stderr) once the client exits; fails after timeout seconds."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the client did not exit within {timeout} s; stderr so far: {''.join(self.err)}")
+        for reader in self.readers:
+            reader.join(60)
+        return code, "".join(line for line in self.err if line is not None)
+
+
+@pytest.fixture
+def client(tmp_path):
+    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group at the end."""
+    started = []
+
+    def start(call, **kwargs):
+        started.append(Client(call, tmp_path, **kwargs))
+        return started[-1]
+
+    yield start
+    for c in started:
+        for pid in _group(c.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        c.proc.kill()
+        c.proc.wait(60)
+        for stream in (c.proc.stdout, c.proc.stderr):
+            stream.close()
+
+
+def _stat(pid):
+    """(state, ppid, process group) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _group(pgid):
+    """The live processes of a process group; a zombie has exited."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[2] == pgid and stat[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _exit_all(pids, timeout):
+    """Seconds until every process in pids has exited; fails after timeout."""
+    start = time.monotonic()
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = set(fds)
+        while left:
+            remaining = timeout - (time.monotonic() - start)
+            assert remaining > 0, f"{len(left)} of processes {sorted(pids)} still run after {timeout} s"
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)
+                left.discard(fd)
+        return time.monotonic() - start
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _group_ends(pgid, timeout):
+    deadline = time.monotonic() + timeout
+    while _group(pgid):
+        assert time.monotonic() < deadline, f"processes {_group(pgid)} of the client are still running"
+        time.sleep(0.01)
+
+
+def _memfds(pid):
+    """(device, inode) of every mizu memfd a process has open or mapped."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if "memfd:mizu" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                found.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
+        except FileNotFoundError:
+            pass
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "memfd:mizu" in fields[5]:
+                found.add((fields[3], int(fields[4])))
+    return found
+
+
+def _holders(memfds):
+    """The processes, anywhere on the machine, that still hold one of memfds."""
+    holders = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _memfds(int(entry)) & memfds:
+                holders.add(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return holders
+
+
+def _shm():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+# -- the client killed -------------------------------------------------------------------------------
+
+
+@linux_only
+def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, start_method):
+    """SIGKILL of a client with tasks running and queued: its workers exit at once and take the memory along.
+
+    mizu only: the stdlib's workers outlive a killed client, waiting on
+    their call queue for ever.
+    """
+    before = _shm()
+    marks = tmp_path / "running"
+    marks.mkdir()
+    c = client(f"client_with_busy_pool({start_method!r}, {str(marks)!r})")
+    workers = json.loads(c.line(60))["workers"]
+    group = _group(c.pid)
+    assert len(workers) == 2 and set(workers) <= set(group)
+    memfds = set().union(*(_memfds(pid) for pid in workers))
+    assert len(memfds) >= 2, "each worker maps the pool's segment and the arena segment of the array"
+    os.kill(c.pid, signal.SIGKILL)
+    assert c.wait(60)[0] == -signal.SIGKILL
+    assert _exit_all(workers, 5) < 5, "the workers outlived their client"
+    _exit_all(group, 30)
+    assert _holders(memfds) == set()
+    assert _shm() - before == set()
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _interrupt(client, tmp_path, kind, where, group):
+    """Ctrl-C a client blocked in `where`; the KeyboardInterrupt must come before its tasks could end.
+
+    The tasks wait for a gate file that is created only after the interrupt
+    has been seen, so an interrupt that waited for them would never come.
+    Then the client's normal exit waits for its pending work, as the stdlib's
+    does, and ends with nothing on stderr and no process left.
+    """
+    gate = tmp_path / "gate"
+    c = client(f"client_interrupted({kind!r}, {where!r}, {str(gate)!r})")
+    assert c.line(60) == "waiting"
+    time.sleep(0.5)   # well inside the blocking call
+    if group:
+        os.killpg(c.pid, signal.SIGINT)
+    else:
+        os.kill(c.pid, signal.SIGINT)
+    assert c.line(30) == "interrupted"
+    gate.touch()
+    code, err = c.wait(60)
+    assert (code, err) == (0, "")
+    _group_ends(c.pid, 30)
+
+
+@linux_only
+@pytest.mark.parametrize("group", [False, True], ids=["client", "process group"])
+@pytest.mark.parametrize("where", ["result", "map"])
+def test_ctrl_c_interrupts_a_wait_and_the_exit_is_clean(client, tmp_path, executor_type, where, group):
+    """SIGINT to the client alone, or to its process group as a terminal's Ctrl-C sends it (workers too)."""
+    _interrupt(client, tmp_path, "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib", where, group)
+
+
+@linux_only
+@pytest.mark.parametrize("group", [False, True], ids=["client", "process group"])
+def test_ctrl_c_interrupts_shutdown_and_the_exit_is_clean(client, tmp_path, group):
+    """mizu only: the stdlib's interpreter hangs at exit after Ctrl-C in shutdown(wait=True).
+
+    Its exit handler joins the manager thread, which the interrupted shutdown
+    left waiting; the process never ends and its workers wait forever.
+    """
+    _interrupt(client, tmp_path, "mizu", "shutdown", group)
