@@ -240,6 +240,7 @@ cdef class _Pool:
     cdef public double task_seconds
     cdef public Py_ssize_t depth
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
+    cdef int owner                      # the process that made the pool
     cdef object __weakref__
 
     def __init__(self, max_workers, context, initializer, initargs, max_tasks):
@@ -275,6 +276,8 @@ cdef class _Pool:
         self.started = False
         self.thread = None
         self.ref = weakref.ref(self)
+        self.owner = os.getpid()
+        _all_pools.add(self)
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -726,6 +729,31 @@ cdef class _Pool:
         self.close_workers(kill="terminate")
         self.results.close()
 
+    cdef abandon(self):
+        """In a child forked from the pool's process: let go of the pool without touching its rings or processes.
+
+        They are the parent's: a push or pop here would take its tasks and
+        results. Every lock may have been held by a thread that the child
+        does not have, so none is taken. The futures not done yet fail here,
+        and their callbacks (the parent's) do not run.
+        """
+        cdef _WorkItem item
+        self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
+                       f"a new ProcessPoolExecutor in the child")
+        items = list(self.pending)
+        for worker in self.workers:
+            items.extend(worker.in_flight.values())
+        self.pending.clear()
+        self.feeding.clear()
+        self.workers, self.slots, self.results, self.segment = [], [], None, None
+        self.send_lock, self.recv_lock, self.state_lock = _Lock(), _Lock(), threading.RLock()
+        self.kicked = threading.Event()
+        self.recv_owner = 0
+        self.drainers = 0
+        for item in items:
+            item.cell.condition = None
+            set_exception(item.future, item.cell, BrokenProcessPool(self.broken))
+
     # -- shutdown -----------------------------------------------------------------------------------
 
     def shutdown(self, wait, cancel_futures):
@@ -777,6 +805,16 @@ def _fail_like_the_feeder(future, exc):
 
 _live_pools = set()
 _interpreter_exiting = False
+_all_pools = weakref.WeakSet()
+
+
+def _abandon_inherited_pools():
+    _live_pools.clear()
+    for pool in list(_all_pools):
+        (<_Pool>pool).abandon()
+
+
+os.register_at_fork(after_in_child=_abandon_inherited_pools)
 
 
 def _chunks(arguments, size):

@@ -377,6 +377,14 @@ def _report(**fields):
     print(json.dumps(fields), flush=True)
 
 
+def _outcome(call):
+    """["ok", value] or [exception type, message]."""
+    try:
+        return ["ok", call()]
+    except BaseException as exc:
+        return [type(exc).__name__, str(exc)]
+
+
 def client_with_busy_pool(method, directory):
     """Keep both workers of a mizu pool busy and four tasks queued, each with a shared array; wait to be killed."""
     import mizu
@@ -408,3 +416,57 @@ def client_interrupted(kind, where, gate):
         print("finished", flush=True)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
+
+
+def client_forks(kind, how, gate):
+    """Fork (os.fork or a multiprocessing fork child) while the pool is busy; report what parent and child saw."""
+    import json
+    import multiprocessing
+
+    ex = _executor(kind)
+    blocked = [ex.submit(wait_for_file, gate) for _ in range(3)]
+    quick = [ex.submit(double, i) for i in range(300)]
+    reader, writer = os.pipe()
+    if how == "os.fork":
+        pid = os.fork()
+        if pid == 0:
+            os.close(reader)
+            _forked_child(kind, ex, blocked, writer)
+            # multiprocessing's exit handler would join the parent's children
+            # (its workers, with fork), which fails in any os.fork child.
+            multiprocessing.process._children.clear()
+            raise SystemExit(0)   # a normal exit: atexit handlers run
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            seen = pipe.read()
+        exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    else:
+        child = multiprocessing.get_context("fork").Process(target=_forked_child, args=(kind, ex, blocked, writer))
+        child.start()
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            seen = pipe.read()
+        child.join()
+        exit_code = child.exitcode
+    open(gate, "w").close()
+    values = [f.result(timeout=60) for f in quick]
+    pids = [f.result(timeout=60) for f in blocked]
+    ex.shutdown()
+    _report(child=json.loads(seen), child_exit=exit_code, quick=values == [2 * i for i in range(300)],
+            blocked=all(isinstance(p, int) for p in pids))
+
+
+def _forked_child(kind, ex, blocked, writer):
+    import json
+
+    seen = {}
+    if kind == "mizu":
+        seen["submit"] = _outcome(lambda: ex.submit(double, 1).result(timeout=30))
+        seen["result"] = _outcome(lambda: blocked[0].result(timeout=30))
+        seen["map"] = _outcome(lambda: list(ex.map(double, range(3), timeout=30)))
+        seen["processes"] = _outcome(lambda: len(ex._processes))
+        seen["shutdown"] = _outcome(ex.shutdown)
+    with _executor(kind) as own:
+        seen["own pool"] = list(own.map(double, range(10)))
+    os.write(writer, json.dumps(seen).encode())
+    os.close(writer)

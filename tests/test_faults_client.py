@@ -254,3 +254,34 @@ def test_ctrl_c_interrupts_shutdown_and_the_exit_is_clean(client, tmp_path, grou
     left waiting; the process never ends and its workers wait forever.
     """
     _interrupt(client, tmp_path, "mizu", "shutdown", group)
+
+
+# -- the client forks -------------------------------------------------------------------------------
+
+
+@linux_only
+@pytest.mark.parametrize("how", ["os.fork", "multiprocessing"])
+def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type, how):
+    """A child forked while the pool is busy exits normally and can make a pool of its own; the parent's pool
+    still delivers every result.
+
+    In the child, mizu refuses the parent's pool: submit and map raise
+    BrokenProcessPool naming the parent, the parent's futures fail at once
+    instead of waiting, and shutdown returns. (The stdlib's child is not made
+    to use the parent's pool: its futures never complete there.)
+    """
+    kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
+    c = client(f"client_forks({kind!r}, {how!r}, {str(tmp_path / 'gate')!r})")
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    _group_ends(c.pid, 30)
+    assert seen["child_exit"] == 0
+    assert seen["quick"] and seen["blocked"], "the parent lost results"
+    child = seen["child"]
+    assert child.pop("own pool") == [2 * i for i in range(10)]
+    if kind == "mizu":
+        refusal = f"This pool belongs to process {c.pid}; a process forked from it cannot use it"
+        for what in ("submit", "result", "map"):
+            assert child[what][0] == "BrokenProcessPool" and child[what][1].startswith(refusal), child
+        assert child["processes"] == ["ok", 0]
+        assert child["shutdown"] == ["ok", None]
