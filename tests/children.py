@@ -470,3 +470,38 @@ def _forked_child(kind, ex, blocked, writer):
         seen["own pool"] = list(own.map(double, range(10)))
     os.write(writer, json.dumps(seen).encode())
     os.close(writer)
+
+
+def shared_empty(nbytes):
+    """A new uninitialized array of nbytes in this worker's arena."""
+    import mizu
+
+    return mizu.empty(nbytes, dtype="uint8")
+
+
+def client_short_of_arena():
+    """Ask for more than MIZU_ARENA_LIMIT: for an array, a task's argument, a task's result."""
+    import numpy as np
+
+    import mizu
+
+    seen = {"array": _outcome(lambda: mizu.zeros(64 << 20, dtype="uint8").nbytes)}
+    with _executor("mizu") as ex:
+        seen["argument"] = _outcome(lambda: ex.submit(len, np.ones(64 << 20, dtype="uint8")).result(timeout=60))
+        seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 64 << 20).result(timeout=60)))
+        seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
+    _report(**seen)
+
+
+def client_in_memory_cgroup(procs):
+    """Join the memory cgroup whose cgroup.procs file is procs; then ask for more shared memory than it allows."""
+    with open(procs, "w") as file:
+        file.write(str(os.getpid()))
+    import mizu
+
+    seen = {"array": _outcome(lambda: mizu.zeros(512 << 20, dtype="uint8").nbytes)}
+    with _executor("mizu") as ex:
+        seen["small"] = _outcome(lambda: list(ex.map(double, range(100))) == [2 * i for i in range(100)])
+        seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 512 << 20).result(timeout=60)))
+        seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
+    _report(**seen)

@@ -285,3 +285,79 @@ def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type
             assert child[what][0] == "BrokenProcessPool" and child[what][1].startswith(refusal), child
         assert child["processes"] == ["ok", 0]
         assert child["shutdown"] == ["ok", None]
+
+
+# -- short of shared memory ---------------------------------------------------------------------------
+
+
+@linux_only
+def test_segments_are_reserved_in_full_before_use():
+    """Every page of a new segment is allocated before it is used, so no later write can fault with SIGBUS."""
+    from mizu import _core
+
+    seg = _core.Segment(8 << 20)
+    assert os.fstat(seg.fd).st_blocks * 512 >= seg.size
+    data = mizu.zeros(16 << 20, dtype="uint8")
+    block = mizu.arena_block(data)[0]
+    st = os.fstat(block.fd)
+    assert st.st_blocks * 512 >= st.st_size >= data.nbytes
+
+
+def test_arena_limit_gives_clear_memory_errors(client):
+    """Past MIZU_ARENA_LIMIT, an array, a task's argument and a task's result each fail with a MemoryError that
+    says what to do, and the pool goes on."""
+    c = client("client_short_of_arena()", env={"MIZU_ARENA_LIMIT": "16M"})
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    for what in ("array", "argument", "result"):
+        assert seen[what][0] == "MemoryError" and "MIZU_ARENA_LIMIT" in seen[what][1], seen
+    assert seen["after"] == ["ok", 42]
+
+
+@pytest.fixture
+def memory_cgroup():
+    """The cgroup.procs file of a new memory cgroup limited to 256 MiB, under this process's own."""
+    if sys.platform != "linux":
+        pytest.skip("memory cgroups are Linux's")
+    if os.geteuid() != 0:
+        pytest.fail("this test makes a memory cgroup and must run as root (CI does)")
+    with open("/proc/self/cgroup") as file:
+        lines = [line.rstrip("\n").split(":", 2) for line in file]
+    v1 = [path for _, controllers, path in lines if "memory" in controllers.split(",")]
+    if v1:
+        parent, limit_file = "/sys/fs/cgroup/memory" + v1[0], "memory.limit_in_bytes"
+    else:
+        parent, limit_file = "/sys/fs/cgroup" + next(path for hid, _, path in lines if hid == "0"), "memory.max"
+        with open(os.path.join(parent, "cgroup.subtree_control")) as file:
+            if "memory" not in file.read().split():
+                pytest.skip("the memory controller is not enabled below this process's cgroup")
+    where = os.path.join(parent, f"mizu-test-{os.getpid()}")
+    os.mkdir(where)
+    try:
+        with open(os.path.join(where, limit_file), "w") as file:
+            file.write(str(256 << 20))
+        yield os.path.join(where, "cgroup.procs")
+    finally:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.rmdir(where)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{where} still has processes"
+                time.sleep(0.05)
+
+
+def test_memory_cgroup_limit_gives_a_clear_error_not_a_kill(client, memory_cgroup):
+    """Shared memory past the limit of the client's memory cgroup fails with MemoryError naming the cgroup.
+
+    Without the check the kernel would reserve the pages, reach the limit and
+    kill a process of the cgroup (the client, or a worker), with no word.
+    """
+    c = client(f"client_in_memory_cgroup({memory_cgroup!r})")
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    for what in ("array", "result"):
+        assert seen[what][0] == "MemoryError" and "memory cgroup" in seen[what][1] and "limit" in seen[what][1], seen
+    assert seen["small"] == ["ok", True]
+    assert seen["after"] == ["ok", 42]
