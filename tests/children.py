@@ -361,6 +361,14 @@ def mark_and_sleep(directory, data, seconds):
     return len(data)
 
 
+def record(path, value, seconds=0.0):
+    """After seconds, append value as a line of path."""
+    time.sleep(seconds)
+    with open(path, "a") as file:
+        file.write(f"{value}\n")
+    return value
+
+
 def _executor(kind, method=None):
     import concurrent.futures
     import multiprocessing
@@ -470,6 +478,46 @@ def _forked_child(kind, ex, blocked, writer):
         seen["own pool"] = list(own.map(double, range(10)))
     os.write(writer, json.dumps(seen).encode())
     os.close(writer)
+
+
+_kept = None
+
+
+def client_exits_with_work_pending(kind, how, path):
+    """Leave work pending at exit: an executor collected, kept in a global, or fed by daemon threads."""
+    import itertools
+    import threading
+
+    global _kept
+    if how == "collected":
+        ex = _executor(kind)
+        for i in range(8):
+            ex.submit(record, path, i, 0.1)
+        del ex
+    elif how == "global":
+        _kept = _executor(kind)
+        for i in range(8):
+            _kept.submit(record, path, i, 0.1)
+    else:
+        ex = _executor(kind)
+
+        def submit_until_refused(thread):
+            # Thread 0 leaves its futures; thread 1 waits on each, draining results.
+            for i in itertools.count():
+                value = f"{thread}-{i}"
+                try:
+                    future = ex.submit(record, path, value)
+                except RuntimeError:
+                    return
+                record(path + ".submitted", value)
+                if thread:
+                    future.result()
+                time.sleep(0.002)
+
+        for thread in range(2):
+            threading.Thread(target=submit_until_refused, args=(thread,), daemon=True).start()
+        time.sleep(0.5)
+    print("leaving", flush=True)
 
 
 def shared_empty(nbytes):

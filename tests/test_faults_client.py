@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+import children
 import mizu
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
@@ -178,8 +179,10 @@ def _holders(memfds):
 
 
 def _shm():
+    """/dev/shm's entries, but multiprocessing's semaphores, which other programs' pools make and remove at any time
+    on a shared machine: a mizu pool makes none."""
     try:
-        return set(os.listdir("/dev/shm"))
+        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
     except FileNotFoundError:
         return set()
 
@@ -361,3 +364,68 @@ def test_memory_cgroup_limit_gives_a_clear_error_not_a_kill(client, memory_cgrou
         assert seen[what][0] == "MemoryError" and "memory cgroup" in seen[what][1] and "limit" in seen[what][1], seen
     assert seen["small"] == ["ok", True]
     assert seen["after"] == ["ok", 42]
+
+
+# -- many threads, one pool ---------------------------------------------------------------------------
+
+
+def test_eight_threads_submit_and_map_into_one_pool(executor_type):
+    """Eight threads at once, by submit, map, chunked map and as_completed: each gets every result of its own
+    exactly once, in map order."""
+    import concurrent.futures as cf
+
+    def work(t):
+        base, n = t * 1_000_000, 300 if t % 4 in (0, 3) else 1000
+        if t % 4 == 0:
+            return [ex.submit(children.add, base, i).result(timeout=120) for i in range(n)]
+        if t % 4 == 3:
+            futures = [ex.submit(children.add, base, i) for i in range(n)]
+            finished = list(cf.as_completed(futures, timeout=120))
+            assert len(finished) == len(set(finished)) == n
+            return [f.result() for f in futures]
+        return list(ex.map(children.add, [base] * n, range(n), chunksize=1 if t % 4 == 1 else 7, timeout=120))
+
+    results, errors = {}, []
+    start = threading.Barrier(8)
+
+    def run(t):
+        try:
+            start.wait(60)
+            results[t] = work(t)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with executor_type(2) as ex:
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
+    assert errors == []
+    for t in range(8):
+        assert results[t] == [t * 1_000_000 + i for i in range(len(results[t]))]
+        assert len(results[t]) == (300 if t % 4 in (0, 3) else 1000)
+
+
+# -- the interpreter exits with work pending ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["collected", "global", "daemon threads"])
+def test_exit_with_work_pending_finishes_it(client, tmp_path, executor_type, how):
+    """No shutdown and no with block: the executor collected, kept in a global, or fed by daemon threads that go
+    on submitting (one of them waiting on each result) until the exit refuses them. As with the stdlib, every task
+    submitted runs once before the interpreter exits, promptly, with nothing on stderr and no process left."""
+    kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
+    done = tmp_path / "done"
+    c = client(f"client_exits_with_work_pending({kind!r}, {how!r}, {str(done)!r})")
+    assert c.line(60) == "leaving"
+    assert c.wait(60) == (0, "")
+    _group_ends(c.pid, 30)
+    values = done.read_text().split()
+    assert len(values) == len(set(values)), "a task ran twice"
+    if how == "daemon threads":
+        submitted = (tmp_path / "done.submitted").read_text().split()
+        assert submitted and set(submitted) <= set(values)
+    else:
+        assert sorted(map(int, values)) == list(range(8))
