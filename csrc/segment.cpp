@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -101,6 +103,99 @@ std::size_t physical_memory() {
     return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
 }
 
+#if defined(__linux__)
+// Shared memory is charged to the memory cgroup of the process that reserves
+// it. Past the cgroup's limit the kernel does not fail the reservation: it
+// kills a process of the cgroup. So a request is checked against the room
+// left first, the least of every level up to the hierarchy's root, counting
+// the file cache as reclaimable.
+struct CgroupRoom {
+    std::size_t bytes = SIZE_MAX;
+    std::string where;  // the cgroup whose limit is nearest
+};
+
+bool read_number(const std::string& path, uint64_t& value) {
+    std::ifstream in(path);
+    return bool(in >> value);  // "max" (cgroup v2's no limit) does not parse
+}
+
+uint64_t stat_value(const std::string& dir, const std::string& key) {
+    std::ifstream in(dir + "/memory.stat");
+    std::string name;
+    uint64_t value;
+    while (in >> name >> value)
+        if (name == key) return value;
+    return 0;
+}
+
+// The directory of this process's memory cgroup and its hierarchy's mount
+// point, and whether it is cgroup v2's. Empty if there is none.
+struct Cgroup {
+    std::string dir, mount;
+    bool v2 = false;
+};
+
+Cgroup memory_cgroup() {
+    std::ifstream mounts("/proc/self/mountinfo");
+    std::string line, v1_root, v1_mount, v2_root, v2_mount;
+    while (std::getline(mounts, line)) {
+        // id parent dev root mount-point options [optional fields] - type source super-options
+        std::istringstream in(line);
+        std::string id, parent, dev, root, point, field, type, source, options;
+        in >> id >> parent >> dev >> root >> point;
+        while (in >> field && field != "-") {
+        }
+        in >> type >> source >> options;
+        if (type == "cgroup" && ("," + options + ",").find(",memory,") != std::string::npos) {
+            v1_root = root;
+            v1_mount = point;
+        } else if (type == "cgroup2" && v2_mount.empty()) {
+            v2_root = root;
+            v2_mount = point;
+        }
+    }
+    auto under = [](const std::string& mount, const std::string& root, const std::string& path) {
+        bool inside = root != "/" && path.compare(0, root.size(), root) == 0;
+        return mount + (inside ? path.substr(root.size()) : path == "/" ? std::string() : path);
+    };
+    std::ifstream groups("/proc/self/cgroup");
+    Cgroup v2;
+    while (std::getline(groups, line)) {
+        // hierarchy-id:controllers:path
+        std::size_t a = line.find(':'), b = line.find(':', a + 1);
+        if (a == std::string::npos || b == std::string::npos) continue;
+        std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",", path = line.substr(b + 1);
+        if (!v1_mount.empty() && controllers.find(",memory,") != std::string::npos)
+            return {under(v1_mount, v1_root, path), v1_mount, false};
+        if (!v2_mount.empty() && controllers == ",,") v2 = {under(v2_mount, v2_root, path), v2_mount, true};
+    }
+    return v2;
+}
+
+CgroupRoom cgroup_room() {
+    CgroupRoom room;
+    Cgroup cg = memory_cgroup();
+    if (cg.dir.empty()) return room;
+    for (std::string dir = cg.dir;; dir = dir.substr(0, dir.rfind('/'))) {
+        uint64_t limit, usage;
+        if (read_number(dir + (cg.v2 ? "/memory.max" : "/memory.limit_in_bytes"), limit) &&
+            read_number(dir + (cg.v2 ? "/memory.current" : "/memory.usage_in_bytes"), usage)) {
+            const char* prefix = cg.v2 ? "" : "total_";
+            uint64_t cache = stat_value(dir, std::string(prefix) + "active_file") +
+                             stat_value(dir, std::string(prefix) + "inactive_file");
+            uint64_t used = usage > cache ? usage - cache : 0;
+            uint64_t left = limit > used ? limit - used : 0;
+            if (left < room.bytes) {
+                room.bytes = std::size_t(left);
+                room.where = dir;
+            }
+        }
+        if (dir.size() <= cg.mount.size() || dir.rfind('/') == std::string::npos) break;
+    }
+    return room;
+}
+#endif
+
 }  // namespace
 
 std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, WaitBackend backend) {
@@ -113,6 +208,13 @@ std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, Wait
                                 std::to_string(physical_memory()) + " bytes");
     if (backend != WaitBackend::native && backend != WaitBackend::portable)
         throw std::invalid_argument("unknown waiter backend");
+#if defined(__linux__)
+    CgroupRoom room = cgroup_room();
+    if (size > room.bytes)
+        throw OutOfSharedMemory("cannot reserve " + std::to_string(size) + " bytes of shared memory " + describe(dir) +
+                                ": the memory cgroup " + room.where + " has about " + std::to_string(room.bytes) +
+                                " bytes left under its limit; raise that limit, or use less shared memory");
+#endif
     int fd = open_unnamed(dir);
     char* base;
     try {

@@ -240,6 +240,7 @@ cdef class _Pool:
     cdef public double task_seconds
     cdef public Py_ssize_t depth
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
+    cdef int owner                      # the process that made the pool
     cdef object __weakref__
 
     def __init__(self, max_workers, context, initializer, initargs, max_tasks):
@@ -275,6 +276,8 @@ cdef class _Pool:
         self.started = False
         self.thread = None
         self.ref = weakref.ref(self)
+        self.owner = os.getpid()
+        _all_pools.add(self)
 
     # -- starting and stopping -------------------------------------------------------------
 
@@ -588,30 +591,48 @@ cdef class _Pool:
         self.dispatch()
 
     cdef handle(self, bytes frame):
+        # A signal handler's exception (Ctrl-C's KeyboardInterrupt, in the
+        # main thread) must not cut the handling of a frame short: its result
+        # would be lost, and its future never done. Handlers of signals that
+        # came while the frame was awaited run now, and what they raise is
+        # raised once the frame is handled.
+        try:
+            PyErr_CheckSignals()
+        except BaseException:
+            self.settle(frame)
+            raise
+        self.settle(frame)
+
+    cdef settle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
         cdef unsigned char kind = frame[0]
-        message = frame
-        if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
-            try:
-                message = self.reassembler.feed(frame)
-            except ValueError as exc:
-                self.terminate_broken(f"A result's frames do not fit together: {exc}")
-                return
-            if message is None:
-                return
-            kind = message[0]
         cdef int status
         cdef double seconds
         try:
+            message = frame
+            if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
+                try:
+                    message = self.reassembler.feed(frame)
+                except ValueError as exc:
+                    self.terminate_broken(f"A result's frames do not fit together: {exc}")
+                    return
+                if message is None:
+                    return
+                kind = message[0]
             if kind == _WIRE_MESSAGE:
                 index, task_id, status, value, seconds = <tuple?>decode(message)
             else:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
                 index, task_id, status, value, seconds = <tuple?>loads(message, channel)
-        except BaseException as exc:
+        except Exception as exc:
             self.terminate_broken(f"A result could not be unpickled: {exc!r}")
             return
+        except BaseException as exc:
+            # A signal came during unpickling, which runs Python code: what
+            # was read of the result is gone, so its future cannot be done.
+            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost")
+            raise
         worker = self.workers[index]
         if status == _RETIRING:
             self.replace(worker)
@@ -719,6 +740,31 @@ cdef class _Pool:
         self.close_workers(kill="terminate")
         self.results.close()
 
+    cdef abandon(self):
+        """In a child forked from the pool's process: let go of the pool without touching its rings or processes.
+
+        They are the parent's: a push or pop here would take its tasks and
+        results. Every lock may have been held by a thread that the child
+        does not have, so none is taken. The futures not done yet fail here,
+        and their callbacks (the parent's) do not run.
+        """
+        cdef _WorkItem item
+        self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
+                       f"a new ProcessPoolExecutor in the child")
+        items = list(self.pending)
+        for worker in self.workers:
+            items.extend(worker.in_flight.values())
+        self.pending.clear()
+        self.feeding.clear()
+        self.workers, self.slots, self.results, self.segment = [], [], None, None
+        self.send_lock, self.recv_lock, self.state_lock = _Lock(), _Lock(), threading.RLock()
+        self.kicked = threading.Event()
+        self.recv_owner = 0
+        self.drainers = 0
+        for item in items:
+            item.cell.condition = None
+            set_exception(item.future, item.cell, BrokenProcessPool(self.broken))
+
     # -- shutdown -----------------------------------------------------------------------------------
 
     def shutdown(self, wait, cancel_futures):
@@ -770,6 +816,16 @@ def _fail_like_the_feeder(future, exc):
 
 _live_pools = set()
 _interpreter_exiting = False
+_all_pools = weakref.WeakSet()
+
+
+def _abandon_inherited_pools():
+    _live_pools.clear()
+    for pool in list(_all_pools):
+        (<_Pool>pool).abandon()
+
+
+os.register_at_fork(after_in_child=_abandon_inherited_pools)
 
 
 def _chunks(arguments, size):

@@ -339,3 +339,217 @@ SHARED = None   # set by a test before a fork pool starts, so its workers inheri
 def shared_slice(n):
     """A view of the array the worker inherited through fork."""
     return SHARED[:n]
+
+
+# -- clients of the fault tests: run by `python -c`, they report on stdout --------------------------
+
+
+def wait_for_file(path, seconds=120):
+    """Sleep until path exists (a gate the test opens); return this worker's pid."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds} s")
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def mark_and_sleep(directory, data, seconds):
+    """Leave a file named by this worker's pid in directory, so the test sees the task running; then sleep."""
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+    time.sleep(seconds)
+    return len(data)
+
+
+def record(path, value, seconds=0.0):
+    """After seconds, append value as a line of path."""
+    time.sleep(seconds)
+    with open(path, "a") as file:
+        file.write(f"{value}\n")
+    return value
+
+
+def _executor(kind, method=None):
+    import concurrent.futures
+    import multiprocessing
+
+    import mizu
+
+    cls = mizu.ProcessPoolExecutor if kind == "mizu" else concurrent.futures.ProcessPoolExecutor
+    return cls(2, mp_context=multiprocessing.get_context(method))
+
+
+def _report(**fields):
+    import json
+
+    print(json.dumps(fields), flush=True)
+
+
+def _outcome(call):
+    """["ok", value] or [exception type, message]."""
+    try:
+        return ["ok", call()]
+    except BaseException as exc:
+        return [type(exc).__name__, str(exc)]
+
+
+def client_with_busy_pool(method, directory):
+    """Keep both workers of a mizu pool busy and four tasks queued, each with a shared array; wait to be killed."""
+    import mizu
+
+    ex = _executor("mizu", method)
+    data = mizu.zeros(1 << 20)
+    for _ in range(6):
+        ex.submit(mark_and_sleep, directory, data, 600)
+    while len(os.listdir(directory)) < 2:
+        time.sleep(0.01)
+    _report(workers=sorted(ex._processes))
+    while True:
+        signal.pause()
+
+
+def client_interrupted(kind, where, gate):
+    """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally."""
+    ex = _executor(kind)
+    futures = [ex.submit(wait_for_file, gate) for _ in range(4)]
+    print("waiting", flush=True)
+    try:
+        if where == "result":
+            futures[-1].result()
+        elif where == "map":
+            for _ in ex.map(wait_for_file, [gate] * 4):
+                pass
+        else:
+            ex.shutdown(wait=True)
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+
+
+def client_forks(kind, how, gate):
+    """Fork (os.fork or a multiprocessing fork child) while the pool is busy; report what parent and child saw."""
+    import json
+    import multiprocessing
+
+    ex = _executor(kind)
+    blocked = [ex.submit(wait_for_file, gate) for _ in range(3)]
+    quick = [ex.submit(double, i) for i in range(300)]
+    reader, writer = os.pipe()
+    if how == "os.fork":
+        pid = os.fork()
+        if pid == 0:
+            os.close(reader)
+            _forked_child(kind, ex, blocked, writer)
+            # multiprocessing's exit handler would join the parent's children
+            # (its workers, with fork), which fails in any os.fork child.
+            multiprocessing.process._children.clear()
+            raise SystemExit(0)   # a normal exit: atexit handlers run
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            seen = pipe.read()
+        exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    else:
+        child = multiprocessing.get_context("fork").Process(target=_forked_child, args=(kind, ex, blocked, writer))
+        child.start()
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            seen = pipe.read()
+        child.join()
+        exit_code = child.exitcode
+    open(gate, "w").close()
+    values = [f.result(timeout=60) for f in quick]
+    pids = [f.result(timeout=60) for f in blocked]
+    ex.shutdown()
+    _report(child=json.loads(seen), child_exit=exit_code, quick=values == [2 * i for i in range(300)],
+            blocked=all(isinstance(p, int) for p in pids))
+
+
+def _forked_child(kind, ex, blocked, writer):
+    import json
+
+    seen = {}
+    if kind == "mizu":
+        seen["submit"] = _outcome(lambda: ex.submit(double, 1).result(timeout=30))
+        seen["result"] = _outcome(lambda: blocked[0].result(timeout=30))
+        seen["map"] = _outcome(lambda: list(ex.map(double, range(3), timeout=30)))
+        seen["processes"] = _outcome(lambda: len(ex._processes))
+        seen["shutdown"] = _outcome(ex.shutdown)
+    with _executor(kind) as own:
+        seen["own pool"] = list(own.map(double, range(10)))
+    os.write(writer, json.dumps(seen).encode())
+    os.close(writer)
+
+
+_kept = None
+
+
+def client_exits_with_work_pending(kind, how, path):
+    """Leave work pending at exit: an executor collected, kept in a global, or fed by daemon threads."""
+    import itertools
+    import threading
+
+    global _kept
+    if how == "collected":
+        ex = _executor(kind)
+        for i in range(8):
+            ex.submit(record, path, i, 0.1)
+        del ex
+    elif how == "global":
+        _kept = _executor(kind)
+        for i in range(8):
+            _kept.submit(record, path, i, 0.1)
+    else:
+        ex = _executor(kind)
+
+        def submit_until_refused(thread):
+            # Thread 0 leaves its futures; thread 1 waits on each, draining results.
+            for i in itertools.count():
+                value = f"{thread}-{i}"
+                try:
+                    future = ex.submit(record, path, value)
+                except RuntimeError:
+                    return
+                record(path + ".submitted", value)
+                if thread:
+                    future.result()
+                time.sleep(0.002)
+
+        for thread in range(2):
+            threading.Thread(target=submit_until_refused, args=(thread,), daemon=True).start()
+        time.sleep(0.5)
+    print("leaving", flush=True)
+
+
+def shared_empty(nbytes):
+    """A new uninitialized array of nbytes in this worker's arena."""
+    import mizu
+
+    return mizu.empty(nbytes, dtype="uint8")
+
+
+def client_short_of_arena():
+    """Ask for more than MIZU_ARENA_LIMIT: for an array, a task's argument, a task's result."""
+    import numpy as np
+
+    import mizu
+
+    seen = {"array": _outcome(lambda: mizu.zeros(64 << 20, dtype="uint8").nbytes)}
+    with _executor("mizu") as ex:
+        seen["argument"] = _outcome(lambda: ex.submit(len, np.ones(64 << 20, dtype="uint8")).result(timeout=60))
+        seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 64 << 20).result(timeout=60)))
+        seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
+    _report(**seen)
+
+
+def client_in_memory_cgroup(procs):
+    """Join the memory cgroup whose cgroup.procs file is procs; then ask for more shared memory than it allows."""
+    with open(procs, "w") as file:
+        file.write(str(os.getpid()))
+    import mizu
+
+    seen = {"array": _outcome(lambda: mizu.zeros(512 << 20, dtype="uint8").nbytes)}
+    with _executor("mizu") as ex:
+        seen["small"] = _outcome(lambda: list(ex.map(double, range(100))) == [2 * i for i in range(100)])
+        seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 512 << 20).result(timeout=60)))
+        seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
+    _report(**seen)

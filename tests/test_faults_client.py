@@ -1,0 +1,431 @@
+"""Faults on the client's side: the client killed, interrupted, forking, short of memory, crowded or exiting.
+
+A client that must die, be interrupted or exit runs as a subprocess (``python
+-c``, its code in children.py) in a session of its own, so that every process
+it starts is found by its process group, and whatever is left of the group at
+the end of a test is killed. Every wait is bounded: a hang fails the test.
+Where the stdlib behaves, the same case runs against it as the oracle.
+"""
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import children
+import mizu
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+class Client:
+    """A client subprocess: its stdout lines as they come, its stderr at the end."""
+
+    def __init__(self, call, cwd, env=None, preexec_fn=None):
+        environ = dict(os.environ, **(env or {}))
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, environ.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
+                                     env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True, preexec_fn=preexec_fn)
+        self.pid = self.proc.pid
+        self.lines = queue.Queue()
+        self.err = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append), daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, put):
+        for line in stream:
+            put(line)
+        put(None)
+
+    def line(self, timeout=60):
+        """The next line of stdout; fails after timeout seconds."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"the client printed nothing for {timeout} s; stderr so far: {''.join(self.err)}")
+        assert line is not None, f"the client ended early; stderr: {self.wait(60)[1]}"
+        return line.strip()
+
+    def wait(self, timeout):
+        """(exit code, stderr) once the client exits; fails after timeout seconds."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the client did not exit within {timeout} s; stderr so far: {''.join(self.err)}")
+        for reader in self.readers:
+            reader.join(60)
+        return code, "".join(line for line in self.err if line is not None)
+
+
+@pytest.fixture
+def client(tmp_path):
+    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group at the end."""
+    started = []
+
+    def start(call, **kwargs):
+        started.append(Client(call, tmp_path, **kwargs))
+        return started[-1]
+
+    yield start
+    for c in started:
+        for pid in _group(c.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        c.proc.kill()
+        c.proc.wait(60)
+        for stream in (c.proc.stdout, c.proc.stderr):
+            stream.close()
+
+
+def _stat(pid):
+    """(state, ppid, process group) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _group(pgid):
+    """The live processes of a process group; a zombie has exited."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[2] == pgid and stat[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _exit_all(pids, timeout):
+    """Seconds until every process in pids has exited; fails after timeout."""
+    start = time.monotonic()
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = set(fds)
+        while left:
+            remaining = timeout - (time.monotonic() - start)
+            assert remaining > 0, f"{len(left)} of processes {sorted(pids)} still run after {timeout} s"
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)
+                left.discard(fd)
+        return time.monotonic() - start
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _group_ends(pgid, timeout):
+    deadline = time.monotonic() + timeout
+    while _group(pgid):
+        assert time.monotonic() < deadline, f"processes {_group(pgid)} of the client are still running"
+        time.sleep(0.01)
+
+
+def _memfds(pid):
+    """(device, inode) of every mizu memfd a process has open or mapped."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if "memfd:mizu" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                found.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
+        except FileNotFoundError:
+            pass
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "memfd:mizu" in fields[5]:
+                found.add((fields[3], int(fields[4])))
+    return found
+
+
+def _holders(memfds):
+    """The processes, anywhere on the machine, that still hold one of memfds."""
+    holders = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _memfds(int(entry)) & memfds:
+                holders.add(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return holders
+
+
+def _shm():
+    """/dev/shm's entries, but multiprocessing's semaphores, which other programs' pools make and remove at any time
+    on a shared machine: a mizu pool makes none."""
+    try:
+        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
+    except FileNotFoundError:
+        return set()
+
+
+# -- the client killed -------------------------------------------------------------------------------
+
+
+@linux_only
+def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, start_method):
+    """SIGKILL of a client with tasks running and queued: its workers exit at once and take the memory along.
+
+    mizu only: the stdlib's workers outlive a killed client, waiting on
+    their call queue for ever.
+    """
+    before = _shm()
+    marks = tmp_path / "running"
+    marks.mkdir()
+    c = client(f"client_with_busy_pool({start_method!r}, {str(marks)!r})")
+    workers = json.loads(c.line(60))["workers"]
+    group = _group(c.pid)
+    assert len(workers) == 2 and set(workers) <= set(group)
+    memfds = set().union(*(_memfds(pid) for pid in workers))
+    assert len(memfds) >= 2, "each worker maps the pool's segment and the arena segment of the array"
+    os.kill(c.pid, signal.SIGKILL)
+    assert c.wait(60)[0] == -signal.SIGKILL
+    assert _exit_all(workers, 5) < 5, "the workers outlived their client"
+    _exit_all(group, 30)
+    assert _holders(memfds) == set()
+    assert _shm() - before == set()
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _interrupt(client, tmp_path, kind, where, group):
+    """Ctrl-C a client blocked in `where`; the KeyboardInterrupt must come before its tasks could end.
+
+    The tasks wait for a gate file that is created only after the interrupt
+    has been seen, so an interrupt that waited for them would never come.
+    Then the client's normal exit waits for its pending work, as the stdlib's
+    does, and ends with nothing on stderr and no process left.
+    """
+    gate = tmp_path / "gate"
+    c = client(f"client_interrupted({kind!r}, {where!r}, {str(gate)!r})")
+    assert c.line(60) == "waiting"
+    time.sleep(0.5)   # well inside the blocking call
+    if group:
+        os.killpg(c.pid, signal.SIGINT)
+    else:
+        os.kill(c.pid, signal.SIGINT)
+    assert c.line(30) == "interrupted"
+    gate.touch()
+    code, err = c.wait(60)
+    assert (code, err) == (0, "")
+    _group_ends(c.pid, 30)
+
+
+@linux_only
+@pytest.mark.parametrize("group", [False, True], ids=["client", "process group"])
+@pytest.mark.parametrize("where", ["result", "map"])
+def test_ctrl_c_interrupts_a_wait_and_the_exit_is_clean(client, tmp_path, executor_type, where, group):
+    """SIGINT to the client alone, or to its process group as a terminal's Ctrl-C sends it (workers too)."""
+    _interrupt(client, tmp_path, "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib", where, group)
+
+
+@linux_only
+@pytest.mark.parametrize("group", [False, True], ids=["client", "process group"])
+def test_ctrl_c_interrupts_shutdown_and_the_exit_is_clean(client, tmp_path, group):
+    """mizu only: the stdlib's interpreter hangs at exit after Ctrl-C in shutdown(wait=True).
+
+    Its exit handler joins the manager thread, which the interrupted shutdown
+    left waiting; the process never ends and its workers wait forever.
+    """
+    _interrupt(client, tmp_path, "mizu", "shutdown", group)
+
+
+# -- the client forks -------------------------------------------------------------------------------
+
+
+@linux_only
+@pytest.mark.parametrize("how", ["os.fork", "multiprocessing"])
+def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type, how):
+    """A child forked while the pool is busy exits normally and can make a pool of its own; the parent's pool
+    still delivers every result.
+
+    In the child, mizu refuses the parent's pool: submit and map raise
+    BrokenProcessPool naming the parent, the parent's futures fail at once
+    instead of waiting, and shutdown returns. (The stdlib's child is not made
+    to use the parent's pool: its futures never complete there.)
+    """
+    kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
+    c = client(f"client_forks({kind!r}, {how!r}, {str(tmp_path / 'gate')!r})")
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    _group_ends(c.pid, 30)
+    assert seen["child_exit"] == 0
+    assert seen["quick"] and seen["blocked"], "the parent lost results"
+    child = seen["child"]
+    assert child.pop("own pool") == [2 * i for i in range(10)]
+    if kind == "mizu":
+        refusal = f"This pool belongs to process {c.pid}; a process forked from it cannot use it"
+        for what in ("submit", "result", "map"):
+            assert child[what][0] == "BrokenProcessPool" and child[what][1].startswith(refusal), child
+        assert child["processes"] == ["ok", 0]
+        assert child["shutdown"] == ["ok", None]
+
+
+# -- short of shared memory ---------------------------------------------------------------------------
+
+
+@linux_only
+def test_segments_are_reserved_in_full_before_use():
+    """Every page of a new segment is allocated before it is used, so no later write can fault with SIGBUS."""
+    from mizu import _core
+
+    seg = _core.Segment(8 << 20)
+    assert os.fstat(seg.fd).st_blocks * 512 >= seg.size
+    data = mizu.zeros(16 << 20, dtype="uint8")
+    block = mizu.arena_block(data)[0]
+    st = os.fstat(block.fd)
+    assert st.st_blocks * 512 >= st.st_size >= data.nbytes
+
+
+def test_arena_limit_gives_clear_memory_errors(client):
+    """Past MIZU_ARENA_LIMIT, an array, a task's argument and a task's result each fail with a MemoryError that
+    says what to do, and the pool goes on."""
+    c = client("client_short_of_arena()", env={"MIZU_ARENA_LIMIT": "16M"})
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    for what in ("array", "argument", "result"):
+        assert seen[what][0] == "MemoryError" and "MIZU_ARENA_LIMIT" in seen[what][1], seen
+    assert seen["after"] == ["ok", 42]
+
+
+@pytest.fixture
+def memory_cgroup():
+    """The cgroup.procs file of a new memory cgroup limited to 256 MiB, under this process's own."""
+    if sys.platform != "linux":
+        pytest.skip("memory cgroups are Linux's")
+    if os.geteuid() != 0:
+        pytest.fail("this test makes a memory cgroup and must run as root (CI does)")
+    with open("/proc/self/cgroup") as file:
+        lines = [line.rstrip("\n").split(":", 2) for line in file]
+    v1 = [path for _, controllers, path in lines if "memory" in controllers.split(",")]
+    if v1:
+        parent, limit_file = "/sys/fs/cgroup/memory" + v1[0], "memory.limit_in_bytes"
+    else:
+        parent, limit_file = "/sys/fs/cgroup" + next(path for hid, _, path in lines if hid == "0"), "memory.max"
+        with open(os.path.join(parent, "cgroup.subtree_control")) as file:
+            if "memory" not in file.read().split():
+                pytest.skip("the memory controller is not enabled below this process's cgroup")
+    where = os.path.join(parent, f"mizu-test-{os.getpid()}")
+    os.mkdir(where)
+    try:
+        with open(os.path.join(where, limit_file), "w") as file:
+            file.write(str(256 << 20))
+        yield os.path.join(where, "cgroup.procs")
+    finally:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.rmdir(where)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{where} still has processes"
+                time.sleep(0.05)
+
+
+def test_memory_cgroup_limit_gives_a_clear_error_not_a_kill(client, memory_cgroup):
+    """Shared memory past the limit of the client's memory cgroup fails with MemoryError naming the cgroup.
+
+    Without the check the kernel would reserve the pages, reach the limit and
+    kill a process of the cgroup (the client, or a worker), with no word.
+    """
+    c = client(f"client_in_memory_cgroup({memory_cgroup!r})")
+    seen = json.loads(c.line(60))
+    assert c.wait(60) == (0, "")
+    for what in ("array", "result"):
+        assert seen[what][0] == "MemoryError" and "memory cgroup" in seen[what][1] and "limit" in seen[what][1], seen
+    assert seen["small"] == ["ok", True]
+    assert seen["after"] == ["ok", 42]
+
+
+# -- many threads, one pool ---------------------------------------------------------------------------
+
+
+def test_eight_threads_submit_and_map_into_one_pool(executor_type):
+    """Eight threads at once, by submit, map, chunked map and as_completed: each gets every result of its own
+    exactly once, in map order."""
+    import concurrent.futures as cf
+
+    def work(t):
+        base, n = t * 1_000_000, 300 if t % 4 in (0, 3) else 1000
+        if t % 4 == 0:
+            return [ex.submit(children.add, base, i).result(timeout=120) for i in range(n)]
+        if t % 4 == 3:
+            futures = [ex.submit(children.add, base, i) for i in range(n)]
+            finished = list(cf.as_completed(futures, timeout=120))
+            assert len(finished) == len(set(finished)) == n
+            return [f.result() for f in futures]
+        return list(ex.map(children.add, [base] * n, range(n), chunksize=1 if t % 4 == 1 else 7, timeout=120))
+
+    results, errors = {}, []
+    start = threading.Barrier(8)
+
+    def run(t):
+        try:
+            start.wait(60)
+            results[t] = work(t)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with executor_type(2) as ex:
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
+    assert errors == []
+    for t in range(8):
+        assert results[t] == [t * 1_000_000 + i for i in range(len(results[t]))]
+        assert len(results[t]) == (300 if t % 4 in (0, 3) else 1000)
+
+
+# -- the interpreter exits with work pending ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["collected", "global", "daemon threads"])
+def test_exit_with_work_pending_finishes_it(client, tmp_path, executor_type, how):
+    """No shutdown and no with block: the executor collected, kept in a global, or fed by daemon threads that go
+    on submitting (one of them waiting on each result) until the exit refuses them. As with the stdlib, every task
+    submitted runs once before the interpreter exits, promptly, with nothing on stderr and no process left."""
+    kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
+    done = tmp_path / "done"
+    c = client(f"client_exits_with_work_pending({kind!r}, {how!r}, {str(done)!r})")
+    assert c.line(60) == "leaving"
+    assert c.wait(60) == (0, "")
+    _group_ends(c.pid, 30)
+    values = done.read_text().split()
+    assert len(values) == len(set(values)), "a task ran twice"
+    if how == "daemon threads":
+        submitted = (tmp_path / "done.submitted").read_text().split()
+        assert submitted and set(submitted) <= set(values)
+    else:
+        assert sorted(map(int, values)) == list(range(8))
