@@ -654,6 +654,9 @@ cdef class _Pool:
         with self.state_lock:
             if self.broken is None and not (self.shutting_down and self.outstanding() is None):
                 self.spawn(worker)
+            else:
+                # It exited as asked: its end is no death for check_workers to report.
+                worker.watch = None
 
     def watch(self):
         """Someone waits on a future without draining (a callback, wait(), as_completed())."""
