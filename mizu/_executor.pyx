@@ -566,6 +566,7 @@ cdef class _Pool:
                 # this future waits on is dead.
                 checked = now
                 self.check_workers()
+                continue
             wait = min(_SLICE_NS, deadline_ns - now)
             if wait <= 0:
                 return
