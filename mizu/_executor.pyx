@@ -73,6 +73,7 @@ cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
 cdef double _SHORT_TASK_C = _SHORT_TASK
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
+_GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
 
 _BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while the future was running or "
@@ -348,16 +349,21 @@ cdef class _Pool:
         return None
 
     cdef close_workers(self, kill=None):
+        procs = [worker.process for worker in self.workers if worker.process is not None]
         for worker in self.workers:
             worker.ring.close()
-        for worker in self.workers:
-            proc = worker.process
-            if proc is None:
-                continue
-            if kill is not None:
+        if kill is not None:
+            for proc in procs:
                 _signal(proc, kill)
-            proc.join()
-            worker.channel.close()
+            deadline = _monotonic() + _GRACE
+            for proc in procs:
+                proc.join(max(0.0, deadline - _monotonic()))
+                # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
+                _signal(proc, "kill")
+        for worker in self.workers:
+            if worker.process is not None:
+                worker.process.join()
+                worker.channel.close()
 
     # -- submitting ---------------------------------------------------------------------------
 
