@@ -25,7 +25,11 @@ spawn and forkserver one starts whenever a submit finds none idle.
 
 Every 20 ms slice, whoever drains polls each worker's pidfd; a worker that
 died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
-on every pending future, then on submit).
+on every pending future, then on submit). The messages add to the stdlib's
+text the dead process, its exit code or signal, the task it was running and,
+when its initializer or the unpickling of a task raised, that error (the
+worker sends its traceback before it exits). The other workers get SIGTERM,
+and SIGKILL if they outlast a grace period.
 """
 
 from cpython.exc cimport PyErr_CheckSignals
@@ -42,6 +46,8 @@ import collections
 import itertools
 import multiprocessing
 import os
+import reprlib
+import signal
 import socket
 import sys
 import threading
@@ -54,8 +60,8 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._future import LazyFuture
-from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, OK, OOB, RETIRING, WIRE, Reassembler, dumps, frames, loads,
-                            sender_of)
+from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, INITIALIZER, OK, OOB, RETIRING, UNPICKLING, WIRE,
+                            Reassembler, dumps, frames, loads, sender_of)
 from mizu._worker import main as _worker_main
 
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
@@ -74,6 +80,7 @@ cdef double _SHORT_TASK_C = _SHORT_TASK
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
+_TASK_REPR = 200      # characters of a task's call in an error message
 
 _BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while the future was running or "
@@ -191,7 +198,7 @@ cdef class _Worker:
     cdef readonly _Ring ring
     cdef readonly object outbox
     cdef readonly dict in_flight, registered
-    cdef public object process, watch, channel
+    cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
 
     def __init__(self, index, ring):
@@ -200,6 +207,7 @@ cdef class _Worker:
         self.process = None
         self.watch = None
         self.channel = None           # this end of the socket pair shared with the process
+        self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
         self.in_flight = {}           # task_id -> _WorkItem
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
@@ -332,6 +340,7 @@ cdef class _Pool:
         worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
         worker.registered.clear()
         worker.started_tasks = 0
+        worker.failure = None
 
     cdef bint sending(self):
         return bool(self.feeding)
@@ -622,7 +631,7 @@ cdef class _Pool:
                 try:
                     message = self.reassembler.feed(frame)
                 except ValueError as exc:
-                    self.terminate_broken(f"A result's frames do not fit together: {exc}")
+                    self.terminate_broken(f"A result's frames do not fit together: {exc}.")
                     return
                 if message is None:
                     return
@@ -633,12 +642,13 @@ cdef class _Pool:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
                 index, task_id, status, value, seconds = <tuple?>loads(message, channel)
         except Exception as exc:
-            self.terminate_broken(f"A result could not be unpickled: {exc!r}")
+            self.terminate_broken(f"A result could not be unpickled: {_brief.repr(exc)}.",
+                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             return
         except BaseException as exc:
             # A signal came during unpickling, which runs Python code: what
             # was read of the result is gone, so its future cannot be done.
-            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost")
+            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
             raise
         worker = self.workers[index]
         if status == _RETIRING:
@@ -646,6 +656,8 @@ cdef class _Pool:
             return
         item = worker.in_flight.pop(task_id, None)
         if item is None:
+            if task_id == 0:
+                worker.failure = value
             return
         self.learn(seconds / item.calls)
         if self.on_demand and len(self.workers) < len(self.slots):
@@ -722,17 +734,22 @@ cdef class _Pool:
             self.drain_ready()
             if worker.watch.alive() or self.broken is not None:
                 continue
-            proc = worker.process
-            proc.join()
-            self.terminate_broken(f"Process {proc.pid} terminated abruptly with exit code {proc.exitcode}")
+            worker.process.join()
+            self.terminate_broken(_obituary(worker), None if worker.failure is None else worker.failure[1])
             return
 
-    cdef terminate_broken(self, cause):
+    cdef terminate_broken(self, detail, remote=None):
+        """Break the pool: BrokenProcessPool on every pending future, then on submit.
+
+        detail, a sentence saying what broke it, follows the stdlib's text in
+        every message; the cause of each future's error shows remote (a
+        traceback), or detail.
+        """
         with self.state_lock:
             if self.broken is not None:
                 return
             with self.send_lock:
-                self.broken = _BROKEN
+                self.broken = f"{_BROKEN}. {detail}"
                 items = list(self.pending)
                 self.pending.clear()
                 for worker in self.workers:
@@ -740,8 +757,9 @@ cdef class _Pool:
                     worker.in_flight.clear()
                     worker.outbox.clear()
                 self.feeding.clear()
+        cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
         for item in items:
-            error = BrokenProcessPool(_BROKEN_FUTURE)
+            error = BrokenProcessPool(f"{_BROKEN_FUTURE} {detail}")
             error.__cause__ = _RemoteTraceback(cause)
             try:
                 item.future.set_exception(error)
@@ -815,6 +833,63 @@ def _signal(proc, operation):
             getattr(proc, operation)()
         except (ValueError, ProcessLookupError):
             pass
+
+
+class _BriefRepr(reprlib.Repr):
+    """reprlib's short reprs, also for bytes: a task's argument may be a large buffer."""
+
+    def repr_bytes(self, obj, level):
+        text = repr(obj[:self.maxstring])
+        return text if len(obj) <= self.maxstring else f"{text[:-1]}...{text[-1]} ({len(obj)} bytes)"
+
+    repr_bytearray = repr_bytes
+
+
+_brief = _BriefRepr()
+_brief.maxstring, _brief.maxother = 60, 100
+
+
+def _call_repr(fn, args, kwargs):
+    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' brief reprs."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    label = f"{module}.{name}" if module and name else _brief.repr(fn)
+    parts = [_brief.repr(arg) for arg in args]
+    parts.extend(f"{key}={_brief.repr(value)}" for key, value in kwargs.items())
+    text = f"{label}({', '.join(parts)})"
+    return text if len(text) <= _TASK_REPR else text[:_TASK_REPR - 3] + "..."
+
+
+def _task_repr(_WorkItem item):
+    """The call a work item stands for, or the first of its map batch, for an error message."""
+    if item.kind == CALL:
+        return _call_repr(item.fn, *item.payload)
+    units, flat = item.payload
+    return (f"a map batch of {item.calls} call{'s' if item.calls != 1 else ''}, the first "
+            f"{_call_repr(item.fn, units[0] if flat else units[0][0], {})}")
+
+
+def _obituary(_Worker worker):
+    """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error."""
+    proc = worker.process
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    text = f"Process {proc.pid} ({proc.name}) {how}"
+    stage, tb = worker.failure if worker.failure is not None else (None, None)
+    if stage == INITIALIZER:
+        return f"{text}: its initializer raised {tb.splitlines()[-1]}."
+    # It runs its tasks in the order they were sent: the oldest not answered is its current one.
+    item = next(iter(worker.in_flight.values()), None)
+    if item is not None:
+        text = f"{text} while running {_task_repr(item)}"
+    if stage == UNPICKLING:
+        text = f"{text}: unpickling the task raised {tb.splitlines()[-1]}"
+    return text + "."
 
 
 def _fail_like_the_feeder(future, exc):

@@ -18,6 +18,9 @@ worker -> client, on the pool's shared MpmcRing:
     (worker_index, task_id, OK, value, seconds)
     (worker_index, task_id, RAISED, exception_with_traceback, seconds)
     (worker_index, 0, RETIRING, None, 0.0)   it ran max_tasks_per_child tasks and exits
+    (worker_index, 0, RAISED, (stage, traceback), 0.0)
+                                             it exits because its initializer (stage INITIALIZER)
+                                             or unpickling a task (UNPICKLING) raised; traceback a str
 
 Buffers of INLINE bytes or more that pickle hands out of band (numpy arrays,
 PickleBuffer) do not go into the pickle: they live in the shared arena. A
@@ -56,6 +59,7 @@ from mizu._wire import decode, encode_plain
 
 CALL, BATCH = 0, 1
 OK, RAISED, RETIRING = 0, 1, 2
+INITIALIZER, UNPICKLING = 0, 1
 
 FIRST, CONTINUED, OOB, WIRE, PICKLE = 0x01, 0x02, 0x03, 0x57, 0x80
 _FIRST = struct.Struct("<BHQ")

@@ -10,11 +10,13 @@ from mizu.includes.spin cimport now_ns
 import logging
 import os
 import threading
+import traceback
 
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import CALL, CONTINUED, FIRST, OK, RAISED, RETIRING, WIRE, Reassembler, dumps, frames, loads
+from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RETIRING, UNPICKLING, WIRE, Reassembler,
+                            dumps, frames, loads)
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -40,6 +42,15 @@ def _pickling_failed(index, task_id, exc):
     # As the stdlib does: a result that cannot be pickled is replaced by the
     # error that pickling it raised.
     return dumps((index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0))
+
+
+def _last_words(results, index, stage, exc):
+    """Tell the client why this worker ends (stage: INITIALIZER or UNPICKLING), for its BrokenProcessPool."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        _send(results, dumps((index, 0, RAISED, (stage, tb), 0.0)), index)
+    except BrokenPipeError:   # the pool has broken or shut down already
+        pass
 
 
 def _run_units(fn, units, flat):
@@ -68,8 +79,9 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     if initializer is not None:
         try:
             initializer(*initargs)
-        except BaseException:
+        except BaseException as exc:
             logging.getLogger("concurrent.futures").critical("Exception in initializer:", exc_info=True)
+            _last_words(results, index, INITIALIZER, exc)
             return
     # The watch thread above ends the worker when the client dies, so an idle
     # worker need not wake often; a slice still lets signal handlers run.
@@ -86,7 +98,13 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             if message is None:
                 continue
             first = message[0]
-        task = decode(message) if first == _WIRE_MESSAGE else loads(message, channel)
+        try:
+            task = decode(message) if first == _WIRE_MESSAGE else loads(message, channel)
+        except BaseException as exc:
+            # No future can take this error: the worker ends and the pool
+            # breaks, as the stdlib's does.
+            _last_words(results, index, UNPICKLING, exc)
+            raise
         task_id, fn_ref = task[1], task[2]
         if type(fn_ref) is int:
             fn = registry[fn_ref]
