@@ -166,6 +166,117 @@ class SetsEventWhenCollected:
         self.event.set()
 
 
+# -- faults in workers -----------------------------------------------------------------------------
+
+
+def announce(path):
+    """Write this process's pid to path at once: a test that sees the file knows who runs the task."""
+    part = f"{path}.{os.getpid()}"
+    with open(part, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(part, path)
+
+
+def announce_then_nap(path, seconds):
+    announce(path)
+    time.sleep(seconds)
+    return seconds
+
+
+def announce_then_bytes(path, nbytes):
+    announce(path)
+    return b"r" * nbytes
+
+
+def announce_then_die(path, seconds):
+    announce(path)
+    time.sleep(seconds)
+    os._exit(3)
+
+
+def segfault(how):
+    if how == "null pointer":
+        import ctypes
+
+        ctypes.string_at(0)
+    else:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def die_at(x, fatal=7):
+    """x, unless x is fatal: then the worker exits with code 3."""
+    if x == fatal:
+        os._exit(3)
+    return x
+
+
+def raise_keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+def half_readable_array(nbytes):
+    """A uint8 array of nbytes whose second half cannot be read: copying it segfaults halfway through."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    arr = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(arr.ctypes.data + nbytes // 2, nbytes // 2, 0) != 0:   # PROT_NONE
+        raise OSError(ctypes.get_errno(), "mprotect")
+    return arr
+
+
+def refuse_unpickling(what):
+    raise ValueError(f"{what} refuses to be unpickled")
+
+
+class ErrorAtUnpickle:
+    """Pickles, but raises where it is unpickled."""
+
+    def __reduce__(self):
+        return refuse_unpickling, (type(self).__name__,)
+
+
+def instance(cls):
+    return cls()
+
+
+class NeedsTwo(Exception):
+    """An exception whose constructor pickle cannot call again: args holds only the first argument."""
+
+    def __init__(self, first, second):
+        super().__init__(first)
+        self.second = second
+
+
+class KeywordOnly(Exception):
+    """An exception whose constructor takes a required keyword-only argument."""
+
+    def __init__(self, *, code):
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+def raise_unpicklable():
+    raise RuntimeError(lambda: None)
+
+
+def raise_needs_two():
+    raise NeedsTwo("first", "second")
+
+
+def raise_keyword_only():
+    raise KeywordOnly(code=3)
+
+
+def ignore_sigterm_then_nap(path, seconds):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return announce_then_nap(path, seconds)
+
+
 # -- arena peers --------------------------------------------------------------------------------
 
 
