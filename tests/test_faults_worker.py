@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
