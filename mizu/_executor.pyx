@@ -641,15 +641,17 @@ cdef class _Pool:
             else:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
                 index, task_id, status, value, seconds = <tuple?>loads(message, channel)
-        except Exception as exc:
-            self.terminate_broken(f"A result could not be unpickled: {_brief.repr(exc)}.",
-                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            return
-        except BaseException as exc:
+        except KeyboardInterrupt as exc:
             # A signal came during unpickling, which runs Python code: what
             # was read of the result is gone, so its future cannot be done.
             self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
             raise
+        except BaseException as exc:
+            # SystemExit too, raised by the result's own unpickling code: the
+            # stdlib breaks the pool on whatever its result reader raises.
+            self.terminate_broken(f"A result could not be unpickled: {_brief.repr(exc)}.",
+                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            return
         worker = self.workers[index]
         if status == _RETIRING:
             self.replace(worker)

@@ -240,6 +240,13 @@ class ErrorAtUnpickle:
         return refuse_unpickling, (type(self).__name__,)
 
 
+class ExitAtUnpickle:
+    """Pickles, but raises SystemExit where it is unpickled."""
+
+    def __reduce__(self):
+        return exit_with, (1,)
+
+
 def instance(cls):
     return cls()
 

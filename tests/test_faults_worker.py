@@ -344,15 +344,20 @@ def test_an_argument_that_fails_to_unpickle_in_the_worker_breaks_the_pool(make, 
                       traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
 
 
-def test_a_result_that_fails_to_unpickle_in_the_client_breaks_the_pool(make, executor_type, context):
+@pytest.mark.parametrize("cls, error, line", [
+    (children.ErrorAtUnpickle, "ValueError('ErrorAtUnpickle refuses to be unpickled')",
+     "ValueError: ErrorAtUnpickle refuses to be unpickled"),
+    (children.ExitAtUnpickle, "SystemExit(1)", "SystemExit: 1"),
+])
+def test_a_result_that_fails_to_unpickle_in_the_client_breaks_the_pool(make, executor_type, context, cls, error,
+                                                                        line):
+    """Unpickling the result raises, even SystemExit: the pool breaks, and result() raises BrokenProcessPool."""
     ex = make(executor_type, 2, mp_context=context)
-    doomed = ex.submit(children.instance, children.ErrorAtUnpickle)
+    doomed = ex.submit(children.instance, cls)
     errors, refusal = _broken_errors(ex, [doomed])
-    assert "ErrorAtUnpickle refuses to be unpickled" in errors[0].__cause__.tb
+    assert line in errors[0].__cause__.tb
     if _is_mizu(ex):
-        _assert_names(errors, refusal, "A result could not be unpickled: "
-                      "ValueError('ErrorAtUnpickle refuses to be unpickled').",
-                      traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
+        _assert_names(errors, refusal, f"A result could not be unpickled: {error}.", traceback=line)
 
 
 def test_an_exception_that_cannot_be_pickled_becomes_the_pickling_error(make, executor_type, context):
