@@ -61,7 +61,7 @@ from time import monotonic as _monotonic
 from mizu import _core
 from mizu._future import LazyFuture
 from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, INITIALIZER, OK, OOB, RETIRING, UNPICKLING, WIRE,
-                            Reassembler, dumps, frames, loads, sender_of)
+                            Reassembler, dumps_pickled, frames, loads, sender_of)
 from mizu._worker import main as _worker_main
 
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
@@ -161,9 +161,9 @@ cdef object _drain_for(Cell cell, timeout):
     if timeout is None:
         (<_Pool>pool).wait_until(cell, kForever)
         return None
-    deadline = _monotonic() + timeout
-    (<_Pool>pool).wait_until(cell, now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9))
-    return max(0.0, deadline - _monotonic())
+    cdef int64_t deadline = now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9)
+    (<_Pool>pool).wait_until(cell, deadline)
+    return max(0, deadline - now_ns()) * 1e-9
 
 
 class _Future(LazyFuture):
@@ -477,7 +477,7 @@ cdef class _Pool:
                 try:
                     data = encode_plain(message)
                     if data is None:
-                        data = dumps(message, 0, worker.channel)
+                        data = dumps_pickled(message, 0, worker.channel)
                 except BaseException as exc:
                     del worker.in_flight[task_id]
                     if unpicklable is None:

@@ -86,6 +86,11 @@ def dumps(obj, sender=0, channel=None):
     data = encode_plain(obj)
     if data is not None:
         return data
+    return dumps_pickled(obj, sender, channel)
+
+
+def dumps_pickled(obj, sender=0, channel=None):
+    """dumps for an obj that encode_plain has refused: its pickle message."""
     if channel is None:
         return pickle.dumps(obj, PROTOCOL)
     buffers = []

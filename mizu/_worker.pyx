@@ -16,7 +16,7 @@ from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
 from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RETIRING, UNPICKLING, WIRE, Reassembler,
-                            dumps, frames, loads)
+                            dumps, dumps_pickled, frames, loads)
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -128,7 +128,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
         try:
             data = encode_plain(result)
             if data is None:
-                data = dumps(result, index, channel)
+                data = dumps_pickled(result, index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
