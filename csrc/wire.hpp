@@ -135,6 +135,9 @@ public:
     // Drops everything written after an earlier size().
     void truncate(std::size_t size) noexcept { size_ = size; }
 
+    // n bytes outside any value, for the caller to fill: a header that
+    // frames the message, written before begin_message().
+    char* put_header(std::size_t n) { return grow(n); }
     void begin_message() {
         char* p = grow(2);
         p[0] = char(kMagic);

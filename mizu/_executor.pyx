@@ -32,14 +32,17 @@ worker sends its traceback before it exits). The other workers get SIGTERM,
 and SIGKILL if they outlast a grace period.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, is_done, new_future, set_exception, set_result, set_running
-from mizu._wire cimport decode, encode_plain
+from mizu._messages cimport ResultHeader, TaskHeader
+from mizu._wire cimport decode, decode_at, encode_plain, encode_plain_after
 from mizu.includes.spin cimport kForever, now_ns
 
 import collections
@@ -60,12 +63,13 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._future import LazyFuture
-from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, INITIALIZER, OK, OOB, RETIRING, UNPICKLING, WIRE,
-                            Reassembler, dumps_pickled, frames, loads, sender_of)
+from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, INITIALIZER, OK, OOB, RESULT, RETIRING, TASK, UNPICKLING,
+                            WIRE, Reassembler, dumps_pickled, frames, loads, sender_of)
 from mizu._worker import main as _worker_main
 
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
-cdef int _OK = OK, _RETIRING = RETIRING
+cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT
+cdef int _OK = OK, _RETIRING = RETIRING, _CALL = CALL
 _SLICE = 0.02
 cdef int64_t _SLICE_NS = 20_000_000
 _IDLE = 0.1
@@ -144,6 +148,7 @@ cdef class _WorkItem:
     cdef readonly tuple payload
     cdef readonly int kind
     cdef readonly Py_ssize_t calls
+    cdef readonly unsigned long long task_id    # once sent
 
 
 cdef object _lazy_result = LazyFuture.result
@@ -196,8 +201,8 @@ cdef class _Worker:
 
     cdef readonly Py_ssize_t index
     cdef readonly _Ring ring
-    cdef readonly object outbox
-    cdef readonly dict in_flight, registered
+    cdef readonly object outbox, in_flight
+    cdef readonly dict registered
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
 
@@ -208,7 +213,8 @@ cdef class _Worker:
         self.watch = None
         self.channel = None           # this end of the socket pair shared with the process
         self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
-        self.in_flight = {}           # task_id -> _WorkItem
+        # The _WorkItems sent, oldest first: a worker answers in the order it is sent tasks.
+        self.in_flight = collections.deque()
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
         self.started_tasks = 0        # tasks sent to the current process
@@ -217,6 +223,18 @@ cdef class _Worker:
 # Unbound, so that calling them skips the method lookup on each deque.
 cdef object _append = collections.deque.append
 cdef object _popleft = collections.deque.popleft
+
+cdef _WorkItem _answered(in_flight, unsigned long long task_id):
+    """Take the item of task_id from a worker's in_flight, or None: the oldest, unless the worker broke protocol."""
+    cdef _WorkItem item
+    if in_flight and (<_WorkItem>in_flight[0]).task_id == task_id:
+        return _popleft(in_flight)
+    for item in in_flight:
+        if item.task_id == task_id:
+            in_flight.remove(item)
+            return item
+    return None
+
 
 cdef object _FunctionType = types.FunctionType
 cdef object _BuiltinFunctionType = types.BuiltinFunctionType
@@ -348,7 +366,7 @@ cdef class _Pool:
     cdef outstanding(self):
         """A future that is not done yet, or None. Safe while other threads submit and drain."""
         for worker in self.workers:
-            item = next(iter(worker.in_flight.values()), None)
+            item = next(iter(worker.in_flight), None)
             if item is not None:
                 return item.future
         if self.pending:
@@ -463,23 +481,14 @@ cdef class _Pool:
                 if not set_running(item.future, item.cell):
                     continue
                 self.last_task_id += 1
-                task_id = self.last_task_id
-                fn = fn_ref = item.fn
-                if _registrable(fn):
-                    fn_ref = worker.registered.get(fn)
-                    if fn_ref is None:
-                        self.last_fn_id += 1
-                        fn_ref = (self.last_fn_id, fn)
-                message = (item.kind, task_id, fn_ref, item.payload[0], item.payload[1])
+                item.task_id = self.last_task_id
                 # In flight before it is pickled: pickling may run Python code
                 # and let another thread in, whose shutdown() must see it.
-                worker.in_flight[task_id] = item
+                _append(worker.in_flight, item)
                 try:
-                    data = encode_plain(message)
-                    if data is None:
-                        data = dumps_pickled(message, 0, worker.channel)
+                    data = self.task_message(worker, item)
                 except BaseException as exc:
-                    del worker.in_flight[task_id]
+                    worker.in_flight.pop()
                     if unpicklable is None:
                         unpicklable = []
                     unpicklable.append((item.future, exc))
@@ -489,10 +498,6 @@ cdef class _Pool:
                         interrupted = exc
                         break
                     continue
-                finally:
-                    del message
-                if type(fn_ref) is tuple:
-                    worker.registered[fn] = fn_ref[0]
                 worker.started_tasks += 1
                 self.send(worker, data)
         finally:
@@ -503,6 +508,30 @@ cdef class _Pool:
                 _fail_like_the_feeder(future, exc)
         if interrupted is not None:
             raise interrupted
+
+    cdef bytes task_message(self, _Worker worker, _WorkItem item):
+        """The message that sends item to worker. Under send_lock."""
+        cdef TaskHeader head
+        fn = fn_ref = item.fn
+        if _registrable(fn):
+            fn_ref = worker.registered.get(fn)
+            if fn_ref is None:
+                self.last_fn_id += 1
+                fn_ref = (self.last_fn_id, fn)
+            elif item.kind == _CALL and not item.payload[1]:
+                memset(&head, 0, sizeof(TaskHeader))
+                head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, item.task_id, fn_ref
+                data = encode_plain_after(&head, sizeof(TaskHeader), item.payload[0])
+                if data is not None:
+                    return data
+        message = (item.kind, item.task_id, fn_ref, item.payload[0], item.payload[1])
+        data = encode_plain(message)
+        if data is None:
+            data = dumps_pickled(message, 0, worker.channel)
+        if type(fn_ref) is tuple:
+            # Pickled with it: the worker knows it from now on.
+            worker.registered[fn] = fn_ref[0]
+        return data
 
     cdef _Worker pick(self, Py_ssize_t depth):
         cdef _Worker worker, best = None
@@ -622,11 +651,14 @@ cdef class _Pool:
     cdef settle(self, bytes frame):
         cdef _Worker worker
         cdef _WorkItem item
+        cdef ResultHeader head
+        cdef bytes message = frame
         cdef unsigned char kind = frame[0]
         cdef int status
+        cdef Py_ssize_t index
+        cdef unsigned long long task_id
         cdef double seconds
         try:
-            message = frame
             if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
                 try:
                     message = self.reassembler.feed(frame)
@@ -636,11 +668,20 @@ cdef class _Pool:
                 if message is None:
                     return
                 kind = message[0]
-            if kind == _WIRE_MESSAGE:
+            if kind == _RESULT_MESSAGE:
+                if PyBytes_GET_SIZE(message) < <Py_ssize_t>sizeof(ResultHeader):
+                    raise ValueError(f"a result message of {PyBytes_GET_SIZE(message)} bytes, shorter than its "
+                                     f"header")
+                memcpy(&head, PyBytes_AS_STRING(message), sizeof(ResultHeader))
+                value = decode_at(PyBytes_AS_STRING(message) + sizeof(ResultHeader),
+                                  PyBytes_GET_SIZE(message) - sizeof(ResultHeader))
+                index, task_id, status, seconds = head.sender, head.task_id, _OK, head.seconds
+            elif kind == _WIRE_MESSAGE:
                 index, task_id, status, value, seconds = <tuple?>decode(message)
             else:
                 channel = (<_Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
                 index, task_id, status, value, seconds = <tuple?>loads(message, channel)
+            worker = self.workers[index]
         except KeyboardInterrupt as exc:
             # A signal came during unpickling, which runs Python code: what
             # was read of the result is gone, so its future cannot be done.
@@ -652,11 +693,10 @@ cdef class _Pool:
             self.terminate_broken(f"A result could not be unpickled: {_brief.repr(exc)}.",
                                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             return
-        worker = self.workers[index]
         if status == _RETIRING:
             self.replace(worker)
             return
-        item = worker.in_flight.pop(task_id, None)
+        item = _answered(worker.in_flight, task_id)
         if item is None:
             if task_id == 0:
                 worker.failure = value
@@ -755,7 +795,7 @@ cdef class _Pool:
                 items = list(self.pending)
                 self.pending.clear()
                 for worker in self.workers:
-                    items.extend(worker.in_flight.values())
+                    items.extend(worker.in_flight)
                     worker.in_flight.clear()
                     worker.outbox.clear()
                 self.feeding.clear()
@@ -783,7 +823,7 @@ cdef class _Pool:
                        f"a new ProcessPoolExecutor in the child")
         items = list(self.pending)
         for worker in self.workers:
-            items.extend(worker.in_flight.values())
+            items.extend(worker.in_flight)
         self.pending.clear()
         self.feeding.clear()
         self.workers, self.slots, self.results, self.segment = [], [], None, None
@@ -886,7 +926,7 @@ def _obituary(_Worker worker):
     if stage == INITIALIZER:
         return f"{text}: its initializer raised {tb.splitlines()[-1]}."
     # It runs its tasks in the order they were sent: the oldest not answered is its current one.
-    item = next(iter(worker.in_flight.values()), None)
+    item = next(iter(worker.in_flight), None)
     if item is not None:
         text = f"{text} while running {_task_repr(item)}"
     if stage == UNPICKLING:

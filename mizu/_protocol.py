@@ -2,7 +2,9 @@
 
 Every message is one of these tuples, as a wire message (mizu._wire, first
 byte WIRE) when every part of it has a native wire encoding, else as a
-pickle (protocol 5):
+pickle (protocol 5). The two commonest have a compact form, TASK or RESULT,
+then a fixed header (mizu/_messages.pxd) that holds what C code reads, then a
+wire message of the rest:
 
 client -> worker, on the worker's own SpscRing:
     (CALL, task_id, fn_ref, args, kwargs)    run fn(*args, **kwargs)
@@ -13,10 +15,12 @@ client -> worker, on the worker's own SpscRing:
                                              (unit index, exception) for each that did
     fn_ref is an int naming a callable the worker has seen, (int, callable)
     to register one, or the callable itself when it cannot be registered.
+    TASK + TaskHeader + args                 CALL of a registered callable, without kwargs
 
 worker -> client, on the pool's shared MpmcRing:
     (worker_index, task_id, OK, value, seconds)
     (worker_index, task_id, RAISED, exception_with_traceback, seconds)
+    RESULT + ResultHeader + value            the same with OK
     (worker_index, 0, RETIRING, None, 0.0)   it ran max_tasks_per_child tasks and exits
     (worker_index, 0, RAISED, (stage, traceback), 0.0)
                                              it exits because its initializer (stage INITIALIZER)
@@ -35,7 +39,7 @@ receiver can map the blocks even if the sender has exited since. When they
 cannot be sent, the buffers go inside the pickle after all.
 
 A message longer than a slot is cut into frames. A whole message starts with
-WIRE, OOB or the pickle protocol byte 0x80; a first frame is FIRST + sender
+TASK, RESULT, WIRE, OOB or the pickle protocol byte 0x80; a first frame is FIRST + sender
 (2 bytes) + total length (8 bytes) + data, and later frames CONTINUED + sender
 + data. The sender lets the client reassemble frames from workers writing at
 once.
@@ -61,7 +65,7 @@ CALL, BATCH = 0, 1
 OK, RAISED, RETIRING = 0, 1, 2
 INITIALIZER, UNPICKLING = 0, 1
 
-FIRST, CONTINUED, OOB, WIRE, PICKLE = 0x01, 0x02, 0x03, 0x57, 0x80
+FIRST, CONTINUED, OOB, WIRE, PICKLE, TASK, RESULT = 0x01, 0x02, 0x03, 0x57, 0x80, 0x54, 0x52
 _FIRST = struct.Struct("<BHQ")
 _CONTINUED = struct.Struct("<BH")
 _OOB = struct.Struct("<BHH")

@@ -111,9 +111,16 @@ cpdef object encode_plain(object obj):
         The message, or None if some part is of another type or the value
         nests too deep.
     """
+    return encode_plain_after(NULL, 0, obj)
+
+
+cdef object encode_plain_after(const void* header, Py_ssize_t n, object obj):
+    """The n bytes at header, then what encode_plain(obj) gives, as one bytes object; None if it gives None."""
     cdef Writer w
     cdef Plain plain
     plain.count = 0
+    if n:
+        memcpy(w.put_header(n), header, n)
     w.begin_message()
     if _put(w, obj, 0, &plain):
         return None
@@ -337,6 +344,11 @@ cdef int _put_pickle(Writer& w, object obj) except -1:
     cdef bytes data = _dumps(obj, 5)
     w.put_pickle(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
     return 0
+
+
+cdef object decode_at(const char* data, Py_ssize_t size):
+    """decode() of the size bytes at data."""
+    return _decode(data, size)
 
 
 @cython.cpp_locals(True)

@@ -2,9 +2,11 @@
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
 
 from mizu._core cimport PeerWatch, _Ring
-from mizu._wire cimport decode, encode_plain
+from mizu._messages cimport ResultHeader, TaskHeader
+from mizu._wire cimport decode, decode_at, encode_plain_after
 from mizu.includes.spin cimport now_ns
 
 import logging
@@ -15,13 +17,14 @@ import traceback
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RETIRING, UNPICKLING, WIRE, Reassembler,
-                            dumps, dumps_pickled, frames, loads)
+from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RESULT, RETIRING, TASK, UNPICKLING, WIRE,
+                            Reassembler, dumps, frames, loads)
 
 
 _IDLE_SLICE_NS = 250_000_000
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _WIRE_MESSAGE = WIRE
-cdef int _CALL = CALL
+cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT
+cdef int _CALL = CALL, _OK = OK
 
 
 def _exit_with(client):
@@ -71,8 +74,14 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     cdef Py_ssize_t done = 0
     cdef int64_t start
     cdef bytes message, data
-    cdef tuple task
     cdef unsigned char first
+    cdef int kind, status
+    cdef unsigned long long task_id
+    cdef double seconds
+    cdef TaskHeader task_head
+    cdef ResultHeader result_head
+    memset(&result_head, 0, sizeof(ResultHeader))
+    result_head.tag, result_head.sender = _RESULT_MESSAGE, index
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
     threading.Thread(target=_exit_with, args=(client,), daemon=True, name="mizu-client-watch").start()
@@ -99,13 +108,22 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
                 continue
             first = message[0]
         try:
-            task = decode(message) if first == _WIRE_MESSAGE else loads(message, channel)
+            if first == _TASK_MESSAGE:
+                if PyBytes_GET_SIZE(message) < <Py_ssize_t>sizeof(TaskHeader):
+                    raise ValueError(f"a task message of {PyBytes_GET_SIZE(message)} bytes, shorter than its header")
+                memcpy(&task_head, PyBytes_AS_STRING(message), sizeof(TaskHeader))
+                kind, task_id, fn_ref, kwargs = _CALL, task_head.task_id, task_head.fn_id, None
+                args = <tuple?>decode_at(PyBytes_AS_STRING(message) + sizeof(TaskHeader),
+                                         PyBytes_GET_SIZE(message) - sizeof(TaskHeader))
+            else:
+                # (kind, task_id, fn_ref, args, kwargs), or (kind, task_id, fn_ref, units, flat)
+                kind, task_id, fn_ref, args, kwargs = <tuple?>(
+                    decode(message) if first == _WIRE_MESSAGE else loads(message, channel))
         except BaseException as exc:
             # No future can take this error: the worker ends and the pool
             # breaks, as the stdlib's does.
             _last_words(results, index, UNPICKLING, exc)
             raise
-        task_id, fn_ref = task[1], task[2]
         if type(fn_ref) is int:
             fn = registry[fn_ref]
         elif type(fn_ref) is tuple:
@@ -114,26 +132,29 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             fn = fn_ref
         start = now_ns()
         try:
-            if <int>task[0] != _CALL:
-                value = _run_units(fn, task[3], task[4])
-            elif task[4]:
-                value = fn(*task[3], **task[4])
+            if kind != _CALL:
+                value = _run_units(fn, args, kwargs)
+            elif kwargs:
+                value = fn(*args, **kwargs)
             else:
-                value = fn(*task[3])
-            status = OK
+                value = fn(*args)
+            status = _OK
         except BaseException as exc:
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
             status = RAISED
-        result = (index, task_id, status, value, (now_ns() - start) * 1e-9)
+        seconds = (now_ns() - start) * 1e-9
         try:
-            data = encode_plain(result)
+            data = None
+            if status == _OK:
+                result_head.task_id, result_head.seconds = task_id, seconds
+                data = encode_plain_after(&result_head, sizeof(ResultHeader), value)
             if data is None:
-                data = dumps_pickled(result, index, channel)
+                data = dumps((index, task_id, status, value, seconds), index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
         # arrives: their finalizers may be what the client waits on.
-        del value, result, task, message, fn, fn_ref
+        del value, args, kwargs, message, fn, fn_ref
         _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:

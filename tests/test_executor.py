@@ -96,6 +96,17 @@ def test_large_arguments_and_results_round_trip(pool):
     assert list(pool.map(children.echo_value, many)) == many
 
 
+def test_values_round_trip_at_every_size_near_a_ring_slot(pool):
+    """Arguments and results of 3.9 to 4.2 KB: each fits a ring slot whole, or in two frames, with or without the
+    fixed header of the commonest messages; keyword arguments and a value made of several parts take the other
+    encodings."""
+    for n in range(3900, 4200, 7):
+        text = "x" * n
+        assert pool.submit(children.echo_value, text).result(timeout=60) == text
+        assert pool.submit(children.echo_value, value=text).result(timeout=60) == text
+        assert pool.submit(children.echo_value, (n, text, [None])).result(timeout=60) == (n, text, [None])
+
+
 def test_unpicklable_argument_fails_its_future_only(pool):
     future = pool.submit(children.echo_value, children.NotPicklable())
     with pytest.raises(TypeError, match="refuses to be pickled"):

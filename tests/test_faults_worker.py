@@ -344,6 +344,36 @@ def test_an_argument_that_fails_to_unpickle_in_the_worker_breaks_the_pool(make, 
                       traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
 
 
+@pytest.mark.parametrize("message, line", [
+    (b"T" + bytes(10), "ValueError: a task message of 11 bytes, shorter than its header"),
+    (b"T" + bytes(23) + b"W\x01N", "TypeError: Expected tuple, got NoneType"),
+    (b"T" + bytes(23) + b"junk", "ValueError: malformed wire message at byte 0"),
+])
+def test_a_malformed_compact_task_ends_its_worker_and_breaks_the_pool(make, message, line):
+    """A compact task message (mizu only) cut short, or whose header no argument tuple follows."""
+    ex = make(mizu.ProcessPoolExecutor, 1)
+    assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
+    ex._pool.slots[0].ring.push(message, timeout=WAIT)
+    errors, refusal = _broken_errors(ex, _submit_until_broken(ex, 3, children.double, 3))
+    _assert_names(errors, refusal, "exited with code 1", f"unpickling the task raised {line}", traceback=line)
+
+
+@pytest.mark.parametrize("message, error, line", [
+    (b"R" + bytes(10), "ValueError('a result message of 11 bytes, shorter than its header')",
+     "ValueError: a result message of 11 bytes"),
+    (b"R" + bytes(23) + b"junk", "ValueError('malformed wire message at byte 0",
+     "ValueError: malformed wire message at byte 0"),
+    (b"R\x00\x07\x00" + bytes(20) + b"W\x01N", "IndexError('list index out of range')", "IndexError"),
+])
+def test_a_malformed_compact_result_breaks_the_pool(make, message, error, line):
+    """A compact result message (mizu only) cut short, whose header no value follows, or from no worker."""
+    ex = make(mizu.ProcessPoolExecutor, 1)
+    assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
+    ex._pool.results.push(message, timeout=WAIT)
+    errors, refusal = _broken_errors(ex, _submit_until_broken(ex, 3, children.nap, 0.2))
+    _assert_names(errors, refusal, f"A result could not be unpickled: {error}", traceback=line)
+
+
 @pytest.mark.parametrize("cls, error, line", [
     (children.ErrorAtUnpickle, "ValueError('ErrorAtUnpickle refuses to be unpickled')",
      "ValueError: ErrorAtUnpickle refuses to be unpickled"),
