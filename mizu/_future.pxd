@@ -2,6 +2,7 @@
 
 cdef class Cell:
     cdef public object state, result, exception, condition, pool
+    cdef bint pinned    # the future has had attributes or a Condition: the collector always visits it
 
 
 cdef object new_future(type cls, Cell cell)

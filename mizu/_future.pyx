@@ -23,6 +23,10 @@ from concurrent.futures import _base
 
 
 cdef extern from "Python.h":
+    int PyObject_GC_IsTracked(object o)
+    bint PyObject_IS_GC(object o)
+    void PyObject_GC_Track(void* o)
+    void PyObject_GC_UnTrack(void* o)
     ctypedef struct PyMemberDef:
         Py_ssize_t offset
     ctypedef struct PyMemberDescrObject:
@@ -41,6 +45,8 @@ cdef object _set_result = _base.Future.set_result
 cdef object _set_exception = _base.Future.set_exception
 cdef object _future_result = _base.Future.result
 cdef object _future_exception = _base.Future.exception
+cdef object _setattr = object.__setattr__
+cdef object _instance_dict = _base.Future.__dict__["__dict__"]
 
 
 cdef class Cell:
@@ -71,7 +77,7 @@ def _cell_field(name):
     def get(self):
         return getattr(self._cell, name)
 
-    def put(self, value):
+    def put(self, value):   # reached through __setattr__, which pins the future
         setattr(self._cell, name, value)
 
     return property(get, put)
@@ -88,7 +94,21 @@ class LazyFuture(_base.Future):
     __slots__ = ("_cell",)
 
     def __init__(self):
-        self._cell = Cell()
+        _setattr(self, "_cell", Cell())
+
+    def __setattr__(self, name, value):
+        _pin(self)
+        _setattr(self, name, value)
+
+    @property
+    def __dict__(self):
+        _pin(self)
+        return _instance_dict.__get__(self)
+
+    @__dict__.setter
+    def __dict__(self, value):
+        _pin(self)
+        _instance_dict.__set__(self, value)
 
     @property
     def _condition(self):
@@ -98,6 +118,7 @@ class LazyFuture(_base.Future):
             with _creation:
                 cond = cell.condition
                 if cond is None:
+                    _pin(self)
                     cond = cell.condition = _Condition()
             self._watched()
         return cond
@@ -141,6 +162,32 @@ class LazyFuture(_base.Future):
         _complete(self, self._cell, False, exception)
 
 
+# A finished future whose result is a plain value (an int, a str, a tuple of
+# such) can lead nowhere back to itself, nor can its cell, so the collector
+# need not visit them: untracked, they cost nothing to the collections that
+# a program holding many futures runs. A future that has, or had, anything
+# else to lead to (an attribute, a Condition, a field written by the
+# stdlib's methods) is pinned: tracked again and never untracked. Containers
+# other than tuples are not plain, as a dict the collector does not track
+# now may hold anything later.
+
+cdef inline bint _atomic(object value) noexcept:
+    return not PyObject_IS_GC(value) or (type(value) is tuple and not PyObject_GC_IsTracked(value))
+
+
+cdef inline void _track(object o) noexcept:
+    if not PyObject_GC_IsTracked(o):
+        PyObject_GC_Track(<void*>o)
+
+
+cdef int _pin(object future) except -1:
+    cdef Cell cell = future._cell
+    cell.pinned = True
+    _track(cell)
+    _track(future)
+    return 0
+
+
 cdef bint is_done(Cell cell) noexcept:
     """Future.done() of the future whose state is cell."""
     state = cell.state
@@ -177,6 +224,9 @@ cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
         else:
             cell.exception = value
         cell.state = FINISHED
+        if ok and not cell.pinned and _atomic(value):
+            PyObject_GC_UnTrack(<void*>cell)
+            PyObject_GC_UnTrack(<void*>future)
     elif ok:
         _set_result(future, value)
     else:

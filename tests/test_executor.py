@@ -71,6 +71,37 @@ def test_map_keeps_no_reference_to_what_it_yielded(pool, chunksize):
         assert ref() is None
 
 
+@pytest.mark.parametrize("how", ["attribute", "vars", "callback", "exception", "list result", "dict result"])
+def test_a_future_that_only_a_reference_cycle_holds_is_collected(pool, how):
+    """However the cycle came about, before or after the future was done."""
+    import gc
+    import weakref
+
+    if how == "exception":
+        future = pool.submit(children.raise_runtime, 1)
+    elif how.endswith("result"):
+        future = pool.submit(children.echo_value, [1] if how == "list result" else {"a": 1})
+    else:
+        future = pool.submit(children.double, 21)
+    if how == "callback":
+        future.add_done_callback(lambda f, holder=[future]: None)
+    future.exception(timeout=60)
+    if how == "attribute":
+        future.me = future
+    elif how == "vars":
+        vars(future)["me"] = future
+    elif how == "exception":
+        future.exception().future = future
+    elif how == "list result":
+        future.result().append(future)
+    elif how == "dict result":
+        future.result()["me"] = future
+    ref = weakref.ref(future)
+    del future
+    gc.collect()
+    assert ref() is None
+
+
 def test_map_raises_at_the_failing_element(pool):
     results = pool.map(children.raise_runtime, [1])
     with pytest.raises(RuntimeError):
