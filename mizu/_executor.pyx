@@ -40,7 +40,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 
 from mizu._core cimport _Ring
-from mizu._future cimport Cell, is_done, new_future, set_exception, set_result, set_running
+from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
 from mizu._messages cimport ResultHeader, TaskHeader
 from mizu._wire cimport decode, decode_at, encode_plain, encode_plain_after
 from mizu.includes.spin cimport kForever, now_ns
@@ -142,13 +142,9 @@ cdef class _Lock:
         self.give()
 
 
-cdef class _WorkItem:
-    cdef readonly object future, fn
-    cdef readonly Cell cell         # the future's state
-    cdef readonly tuple payload
-    cdef readonly int kind
-    cdef readonly Py_ssize_t calls
-    cdef readonly unsigned long long task_id    # once sent
+cdef inline void _drop_task(Cell cell) noexcept:
+    """Let go of the call of a task that has ended (or never will run): its arguments may be large."""
+    cell.fn = cell.first = cell.second = None
 
 
 cdef object _lazy_result = LazyFuture.result
@@ -213,7 +209,7 @@ cdef class _Worker:
         self.watch = None
         self.channel = None           # this end of the socket pair shared with the process
         self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
-        # The _WorkItems sent, oldest first: a worker answers in the order it is sent tasks.
+        # The futures of the tasks sent, oldest first: a worker answers in the order it is sent tasks.
         self.in_flight = collections.deque()
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
@@ -224,15 +220,14 @@ cdef class _Worker:
 cdef object _append = collections.deque.append
 cdef object _popleft = collections.deque.popleft
 
-cdef _WorkItem _answered(in_flight, unsigned long long task_id):
-    """Take the item of task_id from a worker's in_flight, or None: the oldest, unless the worker broke protocol."""
-    cdef _WorkItem item
-    if in_flight and (<_WorkItem>in_flight[0]).task_id == task_id:
+cdef object _answered(in_flight, unsigned long long task_id):
+    """Take the future of task_id from a worker's in_flight, or None: the oldest, unless the worker broke protocol."""
+    if in_flight and cell_of(in_flight[0]).task_id == task_id:
         return _popleft(in_flight)
-    for item in in_flight:
-        if item.task_id == task_id:
-            in_flight.remove(item)
-            return item
+    for future in in_flight:
+        if cell_of(future).task_id == task_id:
+            in_flight.remove(future)
+            return future
     return None
 
 
@@ -366,13 +361,13 @@ cdef class _Pool:
     cdef outstanding(self):
         """A future that is not done yet, or None. Safe while other threads submit and drain."""
         for worker in self.workers:
-            item = next(iter(worker.in_flight), None)
-            if item is not None:
-                return item.future
+            future = next(iter(worker.in_flight), None)
+            if future is not None:
+                return future
         if self.pending:
-            for item in tuple(self.pending):
-                if not item.future.done():
-                    return item.future
+            for future in tuple(self.pending):
+                if not future.done():
+                    return future
         return None
 
     cdef close_workers(self, kill=None):
@@ -394,25 +389,25 @@ cdef class _Pool:
 
     # -- submitting ---------------------------------------------------------------------------
 
-    cpdef submit(self, int kind, fn, tuple payload, Py_ssize_t calls=1):
-        cdef _WorkItem item = _WorkItem.__new__(_WorkItem)
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls):
+        """The future of a task: (kind, fn, first, second) as a message has them (mizu._protocol)."""
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
+        cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
         future = new_future(_Future, cell)
-        item.future, item.cell, item.kind, item.fn, item.payload, item.calls = future, cell, kind, fn, payload, calls
         if self.started and len(self.workers) == len(self.slots):
             # Every worker has started. Nothing from here to the append runs
             # Python code, so under the GIL no other thread runs in between:
             # shutdown() and terminate_broken() set their flags, and the
             # latter empties `pending`, either wholly before or wholly after.
             self.refuse_if_closed()
-            _append(self.pending, item)
+            _append(self.pending, future)
         else:
             with self.state_lock:
                 self.refuse_if_closed()
                 if not self.started:
                     self.start()
-                self.pending.append(item)
+                self.pending.append(future)
                 if self.on_demand:
                     try:
                         self.adjust()
@@ -422,9 +417,11 @@ cdef class _Pool:
                         # stay pending, or shutdown would wait for it forever.
                         # (Another thread may have sent it to a running worker.)
                         try:
-                            self.pending.remove(item)
+                            self.pending.remove(future)
                         except ValueError:
                             pass
+                        else:
+                            _drop_task(cell)
                         raise
         self.dispatch()
         if self.pending and self.take_recv(0):
@@ -459,7 +456,7 @@ cdef class _Pool:
 
     cdef dispatch(self):
         cdef _Worker worker
-        cdef _WorkItem item
+        cdef Cell cell
         if not self.pending and not self.feeding:
             return
         cdef list unpicklable = None
@@ -471,27 +468,30 @@ cdef class _Pool:
             if self.feeding:
                 for worker in list(self.feeding):
                     self.flush(worker)
-            # terminate_broken takes send_lock: no item is between pending
+            # terminate_broken takes send_lock: no task is between pending
             # and in_flight while it collects them.
             while self.pending and self.broken is None:
                 worker = self.pick(depth)
                 if worker is None:
                     break
-                item = _popleft(self.pending)
-                if not set_running(item.future, item.cell):
+                future = _popleft(self.pending)
+                cell = cell_of(future)
+                if not set_running(future, cell):   # cancelled
+                    _drop_task(cell)
                     continue
                 self.last_task_id += 1
-                item.task_id = self.last_task_id
+                cell.task_id = self.last_task_id
                 # In flight before it is pickled: pickling may run Python code
                 # and let another thread in, whose shutdown() must see it.
-                _append(worker.in_flight, item)
+                _append(worker.in_flight, future)
                 try:
-                    data = self.task_message(worker, item)
+                    data = self.task_message(worker, cell)
                 except BaseException as exc:
                     worker.in_flight.pop()
+                    _drop_task(cell)
                     if unpicklable is None:
                         unpicklable = []
-                    unpicklable.append((item.future, exc))
+                    unpicklable.append((future, exc))
                     if not isinstance(exc, Exception):
                         # Ctrl-C or SystemExit while pickling: the task fails
                         # with it, and the caller still gets it.
@@ -509,22 +509,22 @@ cdef class _Pool:
         if interrupted is not None:
             raise interrupted
 
-    cdef bytes task_message(self, _Worker worker, _WorkItem item):
-        """The message that sends item to worker. Under send_lock."""
+    cdef bytes task_message(self, _Worker worker, Cell cell):
+        """The message that sends the task of cell to worker. Under send_lock."""
         cdef TaskHeader head
-        fn = fn_ref = item.fn
+        fn = fn_ref = cell.fn
         if _registrable(fn):
             fn_ref = worker.registered.get(fn)
             if fn_ref is None:
                 self.last_fn_id += 1
                 fn_ref = (self.last_fn_id, fn)
-            elif item.kind == _CALL and not item.payload[1]:
+            elif cell.kind == _CALL and not cell.second:
                 memset(&head, 0, sizeof(TaskHeader))
-                head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, item.task_id, fn_ref
-                data = encode_plain_after(&head, sizeof(TaskHeader), item.payload[0])
+                head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, cell.task_id, fn_ref
+                data = encode_plain_after(&head, sizeof(TaskHeader), cell.first)
                 if data is not None:
                     return data
-        message = (item.kind, item.task_id, fn_ref, item.payload[0], item.payload[1])
+        message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
         data = encode_plain(message)
         if data is None:
             data = dumps_pickled(message, 0, worker.channel)
@@ -650,7 +650,7 @@ cdef class _Pool:
 
     cdef settle(self, bytes frame):
         cdef _Worker worker
-        cdef _WorkItem item
+        cdef Cell cell
         cdef ResultHeader head
         cdef bytes message = frame
         cdef unsigned char kind = frame[0]
@@ -696,18 +696,20 @@ cdef class _Pool:
         if status == _RETIRING:
             self.replace(worker)
             return
-        item = _answered(worker.in_flight, task_id)
-        if item is None:
+        future = _answered(worker.in_flight, task_id)
+        if future is None:
             if task_id == 0:
                 worker.failure = value
             return
-        self.learn(seconds / item.calls)
+        cell = cell_of(future)
+        self.learn(seconds / cell.calls)
+        _drop_task(cell)
         if self.on_demand and len(self.workers) < len(self.slots):
             self.idle.append(None)
         if status == _OK:
-            set_result(item.future, item.cell, value)
+            set_result(future, cell, value)
         else:
-            set_exception(item.future, item.cell, value)
+            set_exception(future, cell, value)
 
     cdef replace(self, _Worker worker):
         worker.process.join()
@@ -792,19 +794,20 @@ cdef class _Pool:
                 return
             with self.send_lock:
                 self.broken = f"{_BROKEN}. {detail}"
-                items = list(self.pending)
+                futures = list(self.pending)
                 self.pending.clear()
                 for worker in self.workers:
-                    items.extend(worker.in_flight)
+                    futures.extend(worker.in_flight)
                     worker.in_flight.clear()
                     worker.outbox.clear()
                 self.feeding.clear()
         cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
-        for item in items:
+        for future in futures:
+            _drop_task(cell_of(future))
             error = BrokenProcessPool(f"{_BROKEN_FUTURE} {detail}")
             error.__cause__ = _RemoteTraceback(cause)
             try:
-                item.future.set_exception(error)
+                future.set_exception(error)
             except _base.InvalidStateError:
                 pass
         self.close_workers(kill="terminate")
@@ -818,12 +821,12 @@ cdef class _Pool:
         does not have, so none is taken. The futures not done yet fail here,
         and their callbacks (the parent's) do not run.
         """
-        cdef _WorkItem item
+        cdef Cell cell
         self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
                        f"a new ProcessPoolExecutor in the child")
-        items = list(self.pending)
+        futures = list(self.pending)
         for worker in self.workers:
-            items.extend(worker.in_flight)
+            futures.extend(worker.in_flight)
         self.pending.clear()
         self.feeding.clear()
         self.workers, self.slots, self.results, self.segment = [], [], None, None
@@ -831,9 +834,11 @@ cdef class _Pool:
         self.kicked = threading.Event()
         self.recv_owner = 0
         self.drainers = 0
-        for item in items:
-            item.cell.condition = None
-            set_exception(item.future, item.cell, BrokenProcessPool(self.broken))
+        for future in futures:
+            cell = cell_of(future)
+            cell.condition = None
+            _drop_task(cell)
+            set_exception(future, cell, BrokenProcessPool(self.broken))
 
     # -- shutdown -----------------------------------------------------------------------------------
 
@@ -844,8 +849,9 @@ cdef class _Pool:
             with self.send_lock:
                 dropped = list(self.pending)
                 self.pending.clear()
-            for item in dropped:
-                item.future.cancel()
+            for future in dropped:
+                future.cancel()
+                _drop_task(cell_of(future))
         if not self.started:
             return
         if wait and self.recv_owner == PyThread_get_thread_ident():
@@ -901,13 +907,14 @@ def _call_repr(fn, args, kwargs):
     return text if len(text) <= _TASK_REPR else text[:_TASK_REPR - 3] + "..."
 
 
-def _task_repr(_WorkItem item):
-    """The call a work item stands for, or the first of its map batch, for an error message."""
-    if item.kind == CALL:
-        return _call_repr(item.fn, *item.payload)
-    units, flat = item.payload
-    return (f"a map batch of {item.calls} call{'s' if item.calls != 1 else ''}, the first "
-            f"{_call_repr(item.fn, units[0] if flat else units[0][0], {})}")
+def _task_repr(future):
+    """The call a future's task stands for, or the first of its map batch, for an error message."""
+    cdef Cell cell = cell_of(future)
+    if cell.kind == CALL:
+        return _call_repr(cell.fn, cell.first, cell.second)
+    units, flat = cell.first, cell.second
+    return (f"a map batch of {cell.calls} call{'s' if cell.calls != 1 else ''}, the first "
+            f"{_call_repr(cell.fn, units[0] if flat else units[0][0], {})}")
 
 
 def _obituary(_Worker worker):
@@ -926,9 +933,9 @@ def _obituary(_Worker worker):
     if stage == INITIALIZER:
         return f"{text}: its initializer raised {tb.splitlines()[-1]}."
     # It runs its tasks in the order they were sent: the oldest not answered is its current one.
-    item = next(iter(worker.in_flight), None)
-    if item is not None:
-        text = f"{text} while running {_task_repr(item)}"
+    future = next(iter(worker.in_flight), None)
+    if future is not None:
+        text = f"{text} while running {_task_repr(future)}"
     if stage == UNPICKLING:
         text = f"{text}: unpickling the task raised {tb.splitlines()[-1]}"
     return text + "."
@@ -1042,7 +1049,7 @@ class ProcessPoolExecutor(_base.Executor):
         RuntimeError
             The executor was shut down.
         """
-        return (<_Pool>self._pool).submit(CALL, fn, (args, kwargs), 1)
+        return (<_Pool>self._pool).submit(CALL, fn, args, kwargs, 1)
 
     def _map(self, fn, iterables, timeout, chunksize, buffersize):
         if chunksize < 1:
@@ -1068,7 +1075,7 @@ class ProcessPoolExecutor(_base.Executor):
         submit = pool.submit
 
         def send(batch):
-            return submit(BATCH, fn, (batch, flat), len(batch) if flat else sum(map(len, batch)))
+            return submit(BATCH, fn, batch, flat, len(batch) if flat else sum(map(len, batch)))
 
         futures = collections.deque(
             map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))

@@ -3,9 +3,17 @@
 cdef class Cell:
     cdef public object state, result, exception, condition, pool
     cdef bint pinned    # the future has had attributes or a Condition: the collector always visits it
+    # The Executor's task, until it ends: the call's parts as its message
+    # (mizu._protocol) has them, (kind, task_id, fn, first, second), and the
+    # calls it stands for.
+    cdef int kind
+    cdef unsigned long long task_id
+    cdef object fn, first, second
+    cdef Py_ssize_t calls
 
 
 cdef object new_future(type cls, Cell cell)
+cdef Cell cell_of(object future)
 cdef bint set_running(object future, Cell cell) except -1
 cdef int set_result(object future, Cell cell, object result) except -1
 cdef int set_exception(object future, Cell cell, object exception) except -1

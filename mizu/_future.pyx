@@ -171,8 +171,10 @@ class LazyFuture(_base.Future):
 # other than tuples are not plain, as a dict the collector does not track
 # now may hold anything later.
 
-cdef inline bint _atomic(object value) noexcept:
-    return not PyObject_IS_GC(value) or (type(value) is tuple and not PyObject_GC_IsTracked(value))
+cdef inline bint _leads_nowhere(Cell cell, object value) noexcept:
+    """Whether cell, done with value, leads to no object the collector tracks (but its pool's weakref)."""
+    return (not cell.pinned and cell.fn is None and cell.first is None and cell.second is None
+            and (not PyObject_IS_GC(value) or (type(value) is tuple and not PyObject_GC_IsTracked(value))))
 
 
 cdef inline void _track(object o) noexcept:
@@ -207,6 +209,11 @@ cdef object new_future(type cls, Cell cell):
     return future
 
 
+cdef Cell cell_of(object future):
+    """The cell of a future that new_future made."""
+    return <Cell>(<PyObject**>(<char*><PyObject*>future + _cell_offset))[0]
+
+
 cdef bint set_running(object future, Cell cell) except -1:
     """Future.set_running_or_notify_cancel, without the Condition when nobody waits."""
     if cell.condition is None and cell.state is PENDING:
@@ -224,7 +231,7 @@ cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
         else:
             cell.exception = value
         cell.state = FINISHED
-        if ok and not cell.pinned and _atomic(value):
+        if ok and _leads_nowhere(cell, value):
             PyObject_GC_UnTrack(<void*>cell)
             PyObject_GC_UnTrack(<void*>future)
     elif ok:
