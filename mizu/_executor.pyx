@@ -32,7 +32,7 @@ worker sends its traceback before it exits). The other workers get SIGTERM,
 and SIGKILL if they outlast a grace period.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
@@ -42,7 +42,8 @@ from libc.string cimport memcpy, memset
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
 from mizu._messages cimport ResultHeader, TaskHeader
-from mizu._wire cimport decode, decode_at, encode_plain, encode_plain_after
+from mizu._wire cimport decode, decode_at, encode_plain, encode_plain_into
+from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport kForever, now_ns
 
 import collections
@@ -457,6 +458,7 @@ cdef class _Pool:
     cdef dispatch(self):
         cdef _Worker worker
         cdef Cell cell
+        cdef Writer w
         if not self.pending and not self.feeding:
             return
         cdef list unpicklable = None
@@ -485,7 +487,8 @@ cdef class _Pool:
                 # and let another thread in, whose shutdown() must see it.
                 _append(worker.in_flight, future)
                 try:
-                    data = self.task_message(worker, cell)
+                    w.truncate(0)
+                    data = self.task_message(worker, cell, w)
                 except BaseException as exc:
                     worker.in_flight.pop()
                     _drop_task(cell)
@@ -499,7 +502,10 @@ cdef class _Pool:
                         break
                     continue
                 worker.started_tasks += 1
-                self.send(worker, data)
+                if data is None:
+                    self.send(worker, w.data(), w.size(), None)
+                else:
+                    self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
         finally:
             self.send_lock.give()
         # Completing a future runs its callbacks, which may submit: not under send_lock.
@@ -509,8 +515,8 @@ cdef class _Pool:
         if interrupted is not None:
             raise interrupted
 
-    cdef bytes task_message(self, _Worker worker, Cell cell):
-        """The message that sends the task of cell to worker. Under send_lock."""
+    cdef bytes task_message(self, _Worker worker, Cell cell, Writer& w):
+        """The message that sends the task of cell to worker, or None if it is written in w (empty). Under send_lock."""
         cdef TaskHeader head
         fn = fn_ref = cell.fn
         if _registrable(fn):
@@ -521,9 +527,9 @@ cdef class _Pool:
             elif cell.kind == _CALL and not cell.second:
                 memset(&head, 0, sizeof(TaskHeader))
                 head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, cell.task_id, fn_ref
-                data = encode_plain_after(&head, sizeof(TaskHeader), cell.first)
-                if data is not None:
-                    return data
+                if not encode_plain_into(w, &head, sizeof(TaskHeader), cell.first):
+                    return None
+                w.truncate(0)
         message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
         data = encode_plain(message)
         if data is None:
@@ -544,15 +550,17 @@ cdef class _Pool:
                 best = worker
         return best
 
-    cdef send(self, _Worker worker, bytes data):
+    cdef send(self, _Worker worker, const char* data, Py_ssize_t n, bytes message):
+        """Push the n bytes at data (message: them as bytes, or None) to worker's ring, or queue them in its outbox."""
         cdef _Ring ring = worker.ring
-        cdef Py_ssize_t n = len(data)
         if not worker.outbox and n <= ring.max_msg and ring._push(data, n, False, None, None):
             return
+        if message is None:
+            message = PyBytes_FromStringAndSize(data, n)
         if n <= ring.max_msg:
-            worker.outbox.append(data)
+            worker.outbox.append(message)
         else:
-            worker.outbox.extend(frames(data, worker.index, ring.max_msg))
+            worker.outbox.extend(frames(message, worker.index, ring.max_msg))
         self.feeding.add(worker)
         self.flush(worker)
 

@@ -111,20 +111,20 @@ cpdef object encode_plain(object obj):
         The message, or None if some part is of another type or the value
         nests too deep.
     """
-    return encode_plain_after(NULL, 0, obj)
-
-
-cdef object encode_plain_after(const void* header, Py_ssize_t n, object obj):
-    """The n bytes at header, then what encode_plain(obj) gives, as one bytes object; None if it gives None."""
     cdef Writer w
+    if encode_plain_into(w, NULL, 0, obj):
+        return None
+    return PyBytes_FromStringAndSize(w.data(), w.size())
+
+
+cdef int encode_plain_into(Writer& w, const void* header, Py_ssize_t n, object obj) except -1:
+    """Write the n bytes at header, then encode_plain(obj), into the empty w; nonzero where encode_plain gives None."""
     cdef Plain plain
     plain.count = 0
     if n:
         memcpy(w.put_header(n), header, n)
     w.begin_message()
-    if _put(w, obj, 0, &plain):
-        return None
-    return PyBytes_FromStringAndSize(w.data(), w.size())
+    return _put(w, obj, 0, &plain)
 
 
 cpdef object decode(object data):

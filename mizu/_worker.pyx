@@ -1,12 +1,13 @@
 """The worker process: runs tasks popped from its ring and pushes results back."""
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 
 from mizu._core cimport PeerWatch, _Ring
 from mizu._messages cimport ResultHeader, TaskHeader
-from mizu._wire cimport decode, decode_at, encode_plain_after
+from mizu._wire cimport decode, decode_at, encode_plain_into
+from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport now_ns
 
 import logging
@@ -33,12 +34,18 @@ def _exit_with(client):
 
 
 cdef _send(_Ring ring, bytes data, int index):
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    _send_from(ring, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data, index)
+
+
+cdef _send_from(_Ring ring, const char* data, Py_ssize_t n, bytes message, int index):
+    """Push the n bytes at data (message: them as bytes, or None), in frames if they need more than a slot."""
     if n <= ring.max_msg:
-        ring._push(PyBytes_AS_STRING(data), n, True, None, None)
-    else:
-        for frame in frames(data, index, ring.max_msg):
-            ring._with_buffer(frame, True, None, None)
+        ring._push(data, n, True, None, None)
+        return
+    if message is None:
+        message = PyBytes_FromStringAndSize(data, n)
+    for frame in frames(message, index, ring.max_msg):
+        ring._with_buffer(frame, True, None, None)
 
 
 def _pickling_failed(index, task_id, exc):
@@ -80,6 +87,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     cdef double seconds
     cdef TaskHeader task_head
     cdef ResultHeader result_head
+    cdef Writer w
     memset(&result_head, 0, sizeof(ResultHeader))
     result_head.tag, result_head.sender = _RESULT_MESSAGE, index
     # A task may run for hours; this thread ends the worker as soon as the
@@ -143,19 +151,21 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             value = _ExceptionWithTraceback(exc, exc.__traceback__)
             status = RAISED
         seconds = (now_ns() - start) * 1e-9
+        data = None
         try:
-            data = None
-            if status == _OK:
-                result_head.task_id, result_head.seconds = task_id, seconds
-                data = encode_plain_after(&result_head, sizeof(ResultHeader), value)
-            if data is None:
+            w.truncate(0)
+            result_head.task_id, result_head.seconds = task_id, seconds
+            if status != _OK or encode_plain_into(w, &result_head, sizeof(ResultHeader), value):
                 data = dumps((index, task_id, status, value, seconds), index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
         # arrives: their finalizers may be what the client waits on.
         del value, args, kwargs, message, fn, fn_ref
-        _send(results, data, index)
+        if data is None:
+            _send_from(results, w.data(), w.size(), None, index)
+        else:
+            _send(results, data, index)
         done += 1
         if max_tasks is not None and done >= max_tasks:
             _send(results, dumps((index, 0, RETIRING, None, 0.0)), index)
