@@ -32,8 +32,11 @@ worker sends its traceback before it exits). The other workers get SIGTERM,
 and SIGKILL if they outlast a grace period.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
 from libc.stdint cimport int64_t
@@ -143,6 +146,66 @@ cdef class _Lock:
         self.give()
 
 
+@cython.final
+cdef class _Fifo:
+    """A first-in, first-out queue of futures that Cython code works in C.
+
+    Each operation runs no Python code, so under the GIL it is atomic, as a
+    deque's are. The items live in a list from `head` on; the consumed
+    front, left as None, is cut off once it is long and half the list.
+    """
+
+    cdef list items
+    cdef Py_ssize_t head
+
+    def __cinit__(self):
+        self.items = []
+
+    cdef inline Py_ssize_t size(self) noexcept:
+        return PyList_GET_SIZE(self.items) - self.head
+
+    cdef inline int push(self, x) except -1:
+        return PyList_Append(self.items, x)
+
+    cdef object oldest(self):
+        """The first item, or None if empty."""
+        return <object>PyList_GET_ITEM(self.items, self.head) if self.size() else None
+
+    cdef object pop_oldest(self):
+        """Take the first item (the queue is not empty)."""
+        item = <object>PyList_GET_ITEM(self.items, self.head)
+        Py_DECREF(item)          # the list's reference, which item now holds
+        Py_INCREF(None)
+        PyList_SET_ITEM(self.items, self.head, None)
+        self.head += 1
+        if self.head >= 64 and 2 * self.head >= PyList_GET_SIZE(self.items):
+            del self.items[:self.head]
+            self.head = 0
+        return item
+
+    cdef object pop_newest(self):
+        """Take the last item (the queue is not empty)."""
+        return self.items.pop()
+
+    cdef bint remove(self, x) except -1:
+        """Take x out of the queue; False if it was not there."""
+        cdef Py_ssize_t i
+        for i in range(self.head, PyList_GET_SIZE(self.items)):
+            if self.items[i] is x:
+                del self.items[i]
+                return True
+        return False
+
+    cdef list snapshot(self):
+        return self.items[self.head:]
+
+    cdef list take_all(self):
+        """Empty the queue, returning what it held."""
+        items = self.items[self.head:]
+        self.items, self.head = [], 0
+        return items
+
+
 cdef inline void _drop_task(Cell cell) noexcept:
     """Let go of the call of a task that has ended (or never will run): its arguments may be large."""
     cell.fn = cell.first = cell.second = None
@@ -198,7 +261,8 @@ cdef class _Worker:
 
     cdef readonly Py_ssize_t index
     cdef readonly _Ring ring
-    cdef readonly object outbox, in_flight
+    cdef readonly object outbox
+    cdef readonly _Fifo in_flight
     cdef readonly dict registered
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
@@ -211,21 +275,17 @@ cdef class _Worker:
         self.channel = None           # this end of the socket pair shared with the process
         self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
         # The futures of the tasks sent, oldest first: a worker answers in the order it is sent tasks.
-        self.in_flight = collections.deque()
+        self.in_flight = _Fifo()
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
         self.started_tasks = 0        # tasks sent to the current process
 
 
-# Unbound, so that calling them skips the method lookup on each deque.
-cdef object _append = collections.deque.append
-cdef object _popleft = collections.deque.popleft
-
-cdef object _answered(in_flight, unsigned long long task_id):
+cdef object _answered(_Fifo in_flight, unsigned long long task_id):
     """Take the future of task_id from a worker's in_flight, or None: the oldest, unless the worker broke protocol."""
-    if in_flight and cell_of(in_flight[0]).task_id == task_id:
-        return _popleft(in_flight)
-    for future in in_flight:
+    if in_flight.size() and cell_of(in_flight.oldest()).task_id == task_id:
+        return in_flight.pop_oldest()
+    for future in in_flight.snapshot():
         if cell_of(future).task_id == task_id:
             in_flight.remove(future)
             return future
@@ -254,7 +314,8 @@ cdef class _Pool:
     cdef readonly list slots, workers
     cdef readonly Py_ssize_t drainers     # callers draining in wait_until
     cdef readonly bint on_demand
-    cdef readonly object idle, pending, state_lock, kicked, reassembler, ref
+    cdef readonly object idle, state_lock, kicked, reassembler, ref
+    cdef readonly _Fifo pending
     cdef readonly _Lock send_lock, recv_lock
     cdef readonly set feeding
     cdef readonly unsigned long recv_owner
@@ -282,7 +343,7 @@ cdef class _Pool:
         self.workers = []
         self.on_demand = context.get_start_method(allow_none=False) != "fork"
         self.idle = collections.deque()   # one entry per completed task, taken by a submit instead of a start
-        self.pending = collections.deque()
+        self.pending = _Fifo()
         self.send_lock = _Lock()
         self.recv_lock = _Lock()
         self.state_lock = threading.RLock()
@@ -361,14 +422,14 @@ cdef class _Pool:
 
     cdef outstanding(self):
         """A future that is not done yet, or None. Safe while other threads submit and drain."""
+        cdef _Worker worker
         for worker in self.workers:
-            future = next(iter(worker.in_flight), None)
+            future = worker.in_flight.oldest()
             if future is not None:
                 return future
-        if self.pending:
-            for future in tuple(self.pending):
-                if not future.done():
-                    return future
+        for future in self.pending.snapshot():
+            if not future.done():
+                return future
         return None
 
     cdef close_workers(self, kill=None):
@@ -402,13 +463,13 @@ cdef class _Pool:
             # shutdown() and terminate_broken() set their flags, and the
             # latter empties `pending`, either wholly before or wholly after.
             self.refuse_if_closed()
-            _append(self.pending, future)
+            self.pending.push(future)
         else:
             with self.state_lock:
                 self.refuse_if_closed()
                 if not self.started:
                     self.start()
-                self.pending.append(future)
+                self.pending.push(future)
                 if self.on_demand:
                     try:
                         self.adjust()
@@ -417,15 +478,11 @@ cdef class _Pool:
                         # be pickled for spawn, no descriptors left): it must not
                         # stay pending, or shutdown would wait for it forever.
                         # (Another thread may have sent it to a running worker.)
-                        try:
-                            self.pending.remove(future)
-                        except ValueError:
-                            pass
-                        else:
+                        if self.pending.remove(future):
                             _drop_task(cell)
                         raise
         self.dispatch()
-        if self.pending and self.take_recv(0):
+        if self.pending.size() and self.take_recv(0):
             try:
                 self.drain_ready()
             finally:
@@ -459,7 +516,7 @@ cdef class _Pool:
         cdef _Worker worker
         cdef Cell cell
         cdef Writer w
-        if not self.pending and not self.feeding:
+        if not self.pending.size() and not self.feeding:
             return
         cdef list unpicklable = None
         cdef Py_ssize_t depth
@@ -472,11 +529,11 @@ cdef class _Pool:
                     self.flush(worker)
             # terminate_broken takes send_lock: no task is between pending
             # and in_flight while it collects them.
-            while self.pending and self.broken is None:
+            while self.pending.size() and self.broken is None:
                 worker = self.pick(depth)
                 if worker is None:
                     break
-                future = _popleft(self.pending)
+                future = self.pending.pop_oldest()
                 cell = cell_of(future)
                 if not set_running(future, cell):   # cancelled
                     _drop_task(cell)
@@ -485,12 +542,12 @@ cdef class _Pool:
                 cell.task_id = self.last_task_id
                 # In flight before it is pickled: pickling may run Python code
                 # and let another thread in, whose shutdown() must see it.
-                _append(worker.in_flight, future)
+                worker.in_flight.push(future)
                 try:
                     w.truncate(0)
                     data = self.task_message(worker, cell, w)
                 except BaseException as exc:
-                    worker.in_flight.pop()
+                    worker.in_flight.pop_newest()
                     _drop_task(cell)
                     if unpicklable is None:
                         unpicklable = []
@@ -542,11 +599,11 @@ cdef class _Pool:
     cdef _Worker pick(self, Py_ssize_t depth):
         cdef _Worker worker, best = None
         for worker in self.workers:
-            if worker.outbox or len(worker.in_flight) >= depth:
+            if worker.outbox or worker.in_flight.size() >= depth:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
-            if best is None or len(worker.in_flight) < len(best.in_flight):
+            if best is None or worker.in_flight.size() < best.in_flight.size():
                 best = worker
         return best
 
@@ -797,16 +854,15 @@ cdef class _Pool:
         every message; the cause of each future's error shows remote (a
         traceback), or detail.
         """
+        cdef _Worker worker
         with self.state_lock:
             if self.broken is not None:
                 return
             with self.send_lock:
                 self.broken = f"{_BROKEN}. {detail}"
-                futures = list(self.pending)
-                self.pending.clear()
+                futures = self.pending.take_all()
                 for worker in self.workers:
-                    futures.extend(worker.in_flight)
-                    worker.in_flight.clear()
+                    futures.extend(worker.in_flight.take_all())
                     worker.outbox.clear()
                 self.feeding.clear()
         cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
@@ -830,12 +886,12 @@ cdef class _Pool:
         and their callbacks (the parent's) do not run.
         """
         cdef Cell cell
+        cdef _Worker worker
         self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
                        f"a new ProcessPoolExecutor in the child")
-        futures = list(self.pending)
+        futures = self.pending.take_all()
         for worker in self.workers:
-            futures.extend(worker.in_flight)
-        self.pending.clear()
+            futures.extend(worker.in_flight.take_all())
         self.feeding.clear()
         self.workers, self.slots, self.results, self.segment = [], [], None, None
         self.send_lock, self.recv_lock, self.state_lock = _Lock(), _Lock(), threading.RLock()
@@ -855,8 +911,7 @@ cdef class _Pool:
             self.shutting_down = True
         if cancel_futures:
             with self.send_lock:
-                dropped = list(self.pending)
-                self.pending.clear()
+                dropped = self.pending.take_all()
             for future in dropped:
                 future.cancel()
                 _drop_task(cell_of(future))
@@ -941,7 +996,7 @@ def _obituary(_Worker worker):
     if stage == INITIALIZER:
         return f"{text}: its initializer raised {tb.splitlines()[-1]}."
     # It runs its tasks in the order they were sent: the oldest not answered is its current one.
-    future = next(iter(worker.in_flight), None)
+    future = worker.in_flight.oldest()
     if future is not None:
         text = f"{text} while running {_task_repr(future)}"
     if stage == UNPICKLING:
