@@ -1,8 +1,8 @@
-"""pymizu's own rows: the shared-memory core measured against its floor.
+"""pymizu's own rows: the shared-memory core and the Executor measured against their floor.
 
 Every row is a round trip between two processes, each on its own CPU (where
 the machine has two): a message goes out on one ring and comes back on
-another. The floor is the same exchange written directly in C++ on two
+another; the Executor rows are a whole submit(f, i).result() with one worker. The floor is the same exchange written directly in C++ on two
 shared cache lines, busy-polling. Rows are measured in turn, several times
 over, and reported as medians, so that load on a shared machine hits every
 row alike; ratios to the floor are what carry over between machines.
@@ -60,6 +60,23 @@ def python_pingpong(rounds, spin_ns, waiter=None, msg=b"12345678"):
     return elapsed / (rounds - 1)
 
 
+def _identity(x):
+    return x
+
+
+def executor_round_trip(rounds):
+    """Nanoseconds per submit(f, i).result() of a trivial function, one worker."""
+    import mizu
+
+    with mizu.ProcessPoolExecutor(1) as pool:
+        submit = pool.submit
+        submit(_identity, 0).result()
+        start = time.perf_counter_ns()
+        for i in range(rounds):
+            submit(_identity, i).result()
+        return (time.perf_counter_ns() - start) / rounds
+
+
 def rows(quick):
     spin_rounds = 20_000 if quick else 200_000
     sleep_rounds = 500 if quick else 3_000
@@ -73,6 +90,7 @@ def rows(quick):
         ("C++ core: sleep path, portable waiter",
          lambda: _harness.pingpong_ring(sleep_rounds, spin_ns=0, waiter="portable")),
         ("Python bindings: sleep path, futex", lambda: python_pingpong(sleep_rounds, 0, "native")),
+        ("Executor: submit(f, i).result(), 1 worker", lambda: executor_round_trip(spin_rounds // 10)),
     ]
 
 
