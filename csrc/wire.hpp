@@ -134,6 +134,13 @@ public:
     std::size_t size() const noexcept { return size_; }
     // Drops everything written after an earlier size().
     void truncate(std::size_t size) noexcept { size_ = size; }
+    // Drops everything, and gives back memory grown past the inline buffer.
+    void clear() noexcept {
+        if (data_ != small_) std::free(data_);
+        data_ = small_;
+        capacity_ = sizeof small_;
+        size_ = 0;
+    }
 
     // n bytes outside any value, for the caller to fill: a header that
     // frames the message, written before begin_message().

@@ -36,7 +36,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
-from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
 from libc.stdint cimport int64_t
@@ -95,6 +95,9 @@ _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while t
                   "pending.")
 
 
+cdef extern from "Python.h":
+    int _delete_slice "PyList_SetSlice"(object list, Py_ssize_t low, Py_ssize_t high, PyObject* itemlist) except -1
+
 cdef extern from "pythread.h":
     PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds, int intr_flag) nogil
     unsigned long PyThread_get_thread_ident()
@@ -150,8 +153,9 @@ cdef class _Lock:
 cdef class _Fifo:
     """A first-in, first-out queue of futures that Cython code works in C.
 
-    Each operation runs no Python code, so under the GIL it is atomic, as a
-    deque's are. The items live in a list from `head` on; the consumed
+    Each operation runs no Python code and, until the queue is changed,
+    allocates nothing that could start a collection (whose finalizers could
+    let another thread in), so under the GIL it is atomic, as a deque's are. The items live in a list from `head` on; the consumed
     front, left as None, is cut off once it is long and half the list.
     """
 
@@ -179,7 +183,7 @@ cdef class _Fifo:
         PyList_SET_ITEM(self.items, self.head, None)
         self.head += 1
         if self.head >= 64 and 2 * self.head >= PyList_GET_SIZE(self.items):
-            del self.items[:self.head]
+            _delete_slice(self.items, 0, self.head, NULL)   # allocates nothing, so no collection runs
             self.head = 0
         return item
 
@@ -201,9 +205,10 @@ cdef class _Fifo:
 
     cdef list take_all(self):
         """Empty the queue, returning what it held."""
-        items = self.items[self.head:]
-        self.items, self.head = [], 0
-        return items
+        fresh = []
+        items, head = self.items, self.head
+        self.items, self.head = fresh, 0
+        return items[head:]
 
 
 cdef inline void _drop_task(Cell cell) noexcept:
@@ -544,7 +549,7 @@ cdef class _Pool:
                 # and let another thread in, whose shutdown() must see it.
                 worker.in_flight.push(future)
                 try:
-                    w.truncate(0)
+                    w.clear()
                     data = self.task_message(worker, cell, w)
                 except BaseException as exc:
                     worker.in_flight.pop_newest()
@@ -586,7 +591,7 @@ cdef class _Pool:
                 head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, cell.task_id, fn_ref
                 if not encode_plain_into(w, &head, sizeof(TaskHeader), cell.first):
                     return None
-                w.truncate(0)
+                w.clear()
         message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
         data = encode_plain(message)
         if data is None:

@@ -183,9 +183,11 @@ cdef inline void _track(object o) noexcept:
 
 
 cdef int _pin(object future) except -1:
-    cdef Cell cell = future._cell
-    cell.pinned = True
-    _track(cell)
+    # The cell is missing while copy or pickle rebuilds a future.
+    cdef PyObject* cell = (<PyObject**>(<char*><PyObject*>future + _cell_offset))[0]
+    if cell != NULL:
+        (<Cell>cell).pinned = True
+        _track(<Cell>cell)
     _track(future)
     return 0
 

@@ -153,7 +153,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
         seconds = (now_ns() - start) * 1e-9
         data = None
         try:
-            w.truncate(0)
+            w.clear()
             result_head.task_id, result_head.seconds = task_id, seconds
             if status != _OK or encode_plain_into(w, &result_head, sizeof(ResultHeader), value):
                 data = dumps((index, task_id, status, value, seconds), index, channel)

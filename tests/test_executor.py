@@ -102,6 +102,14 @@ def test_a_future_that_only_a_reference_cycle_holds_is_collected(pool, how):
     assert ref() is None
 
 
+def test_a_done_future_can_be_copied(pool):
+    import copy
+
+    future = pool.submit(children.double, 21)
+    assert future.result(timeout=60) == 42
+    assert copy.copy(future).result(timeout=60) == 42
+
+
 def test_map_raises_at_the_failing_element(pool):
     results = pool.map(children.raise_runtime, [1])
     with pytest.raises(RuntimeError):

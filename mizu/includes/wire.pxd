@@ -60,6 +60,7 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         const char* data()
         size_t size()
         void truncate(size_t size)
+        void clear()
         char* put_header(size_t n) except +raise_py_error
         void begin_message() except +raise_py_error
         void put_none() except +raise_py_error
