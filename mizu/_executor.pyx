@@ -40,12 +40,12 @@ from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock, PyThread_type_lock)
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
 from mizu._messages cimport ResultHeader, TaskHeader
-from mizu._wire cimport decode, decode_at, encode_plain, encode_plain_into
+from mizu._wire cimport decode, decode_after, encode_plain, encode_plain_into
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport kForever, now_ns
 
@@ -155,8 +155,9 @@ cdef class _Fifo:
 
     Each operation runs no Python code and, until the queue is changed,
     allocates nothing that could start a collection (whose finalizers could
-    let another thread in), so under the GIL it is atomic, as a deque's are. The items live in a list from `head` on; the consumed
-    front, left as None, is cut off once it is long and half the list.
+    let another thread in), so under the GIL it is atomic, as a deque's
+    are. The items live in a list from `head` on; the consumed front, left
+    as None, is cut off once it is long and half the list.
     """
 
     cdef list items
@@ -580,6 +581,7 @@ cdef class _Pool:
     cdef bytes task_message(self, _Worker worker, Cell cell, Writer& w):
         """The message that sends the task of cell to worker, or None if it is written in w (empty). Under send_lock."""
         cdef TaskHeader head
+        cdef bint plain = True
         fn = fn_ref = cell.fn
         if _registrable(fn):
             fn_ref = worker.registered.get(fn)
@@ -592,8 +594,9 @@ cdef class _Pool:
                 if not encode_plain_into(w, &head, sizeof(TaskHeader), cell.first):
                     return None
                 w.clear()
+                plain = False   # the arguments, so the whole message too
         message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
-        data = encode_plain(message)
+        data = encode_plain(message) if plain else None
         if data is None:
             data = dumps_pickled(message, 0, worker.channel)
         if type(fn_ref) is tuple:
@@ -739,12 +742,8 @@ cdef class _Pool:
                     return
                 kind = message[0]
             if kind == _RESULT_MESSAGE:
-                if PyBytes_GET_SIZE(message) < <Py_ssize_t>sizeof(ResultHeader):
-                    raise ValueError(f"a result message of {PyBytes_GET_SIZE(message)} bytes, shorter than its "
-                                     f"header")
-                memcpy(&head, PyBytes_AS_STRING(message), sizeof(ResultHeader))
-                value = decode_at(PyBytes_AS_STRING(message) + sizeof(ResultHeader),
-                                  PyBytes_GET_SIZE(message) - sizeof(ResultHeader))
+                value = decode_after(&head, sizeof(ResultHeader), PyBytes_AS_STRING(message),
+                                     PyBytes_GET_SIZE(message), "result")
                 index, task_id, status, seconds = head.sender, head.task_id, _OK, head.seconds
             elif kind == _WIRE_MESSAGE:
                 index, task_id, status, value, seconds = <tuple?>decode(message)

@@ -182,9 +182,13 @@ cdef inline void _track(object o) noexcept:
         PyObject_GC_Track(<void*>o)
 
 
+cdef inline PyObject* _cell_slot(object future) noexcept:
+    return (<PyObject**>(<char*><PyObject*>future + _cell_offset))[0]
+
+
 cdef int _pin(object future) except -1:
     # The cell is missing while copy or pickle rebuilds a future.
-    cdef PyObject* cell = (<PyObject**>(<char*><PyObject*>future + _cell_offset))[0]
+    cdef PyObject* cell = _cell_slot(future)
     if cell != NULL:
         (<Cell>cell).pinned = True
         _track(<Cell>cell)
@@ -213,7 +217,7 @@ cdef object new_future(type cls, Cell cell):
 
 cdef Cell cell_of(object future):
     """The cell of a future that new_future made."""
-    return <Cell>(<PyObject**>(<char*><PyObject*>future + _cell_offset))[0]
+    return <Cell>_cell_slot(future)
 
 
 cdef bint set_running(object future, Cell cell) except -1:

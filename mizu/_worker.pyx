@@ -2,11 +2,11 @@
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 from mizu._core cimport PeerWatch, _Ring
 from mizu._messages cimport ResultHeader, TaskHeader
-from mizu._wire cimport decode, decode_at, encode_plain_into
+from mizu._wire cimport decode, decode_after, encode_plain_into
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport now_ns
 
@@ -19,7 +19,7 @@ from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
 from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RESULT, RETIRING, TASK, UNPICKLING, WIRE,
-                            Reassembler, dumps, frames, loads)
+                            Reassembler, dumps, dumps_pickled, frames, loads)
 
 
 _IDLE_SLICE_NS = 250_000_000
@@ -117,12 +117,9 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             first = message[0]
         try:
             if first == _TASK_MESSAGE:
-                if PyBytes_GET_SIZE(message) < <Py_ssize_t>sizeof(TaskHeader):
-                    raise ValueError(f"a task message of {PyBytes_GET_SIZE(message)} bytes, shorter than its header")
-                memcpy(&task_head, PyBytes_AS_STRING(message), sizeof(TaskHeader))
+                args = <tuple?>decode_after(&task_head, sizeof(TaskHeader), PyBytes_AS_STRING(message),
+                                            PyBytes_GET_SIZE(message), "task")
                 kind, task_id, fn_ref, kwargs = _CALL, task_head.task_id, task_head.fn_id, None
-                args = <tuple?>decode_at(PyBytes_AS_STRING(message) + sizeof(TaskHeader),
-                                         PyBytes_GET_SIZE(message) - sizeof(TaskHeader))
             else:
                 # (kind, task_id, fn_ref, args, kwargs), or (kind, task_id, fn_ref, units, flat)
                 kind, task_id, fn_ref, args, kwargs = <tuple?>(
@@ -155,8 +152,9 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
         try:
             w.clear()
             result_head.task_id, result_head.seconds = task_id, seconds
+            # What is not plain alone is not plain in the whole message either: it is pickled.
             if status != _OK or encode_plain_into(w, &result_head, sizeof(ResultHeader), value):
-                data = dumps((index, task_id, status, value, seconds), index, channel)
+                data = dumps_pickled((index, task_id, status, value, seconds), index, channel)
         except BaseException as exc:
             data = _pickling_failed(index, task_id, exc)
         # Drop the task's arguments and result now, not when the next task
