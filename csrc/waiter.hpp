@@ -66,6 +66,9 @@ struct WaitOptions {
     int64_t deadline_ns = kForever;     // absolute, on the now_ns() clock
     const PeerWatch* peer = nullptr;    // end the wait if this process dies
     SliceHook hook;
+    // false: poll a few times, then sleep, leaving the spin budget as it is.
+    // For a waiter that knows every core is taken by a process doing work.
+    bool spin = true;
 };
 
 struct WaitStats {
@@ -172,7 +175,7 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
         }
     }
     int64_t start = now_ns();
-    if (spin(ready, start, opt.deadline_ns)) {
+    if (opt.spin && spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);
         return WaitStatus::ready;
@@ -206,7 +209,7 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
         if (opt.peer && !opt.peer->alive()) return ready() ? WaitStatus::ready : WaitStatus::peer_died;
         if (opt.hook.fn && !opt.hook.fn(opt.hook.ctx)) return WaitStatus::stopped;
     }
-    adapt(now_ns() - start, true);
+    if (opt.spin) adapt(now_ns() - start, true);
     return WaitStatus::ready;
 }
 

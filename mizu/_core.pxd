@@ -34,7 +34,7 @@ cdef class _Ring:
     cdef int _raise_for(self, WaitStatus st, PeerWatch peer) except -1
     cdef int _with_buffer(self, object data, bint wait, object timeout, PeerWatch peer) except -1
     cdef object _try_pop(self)
-    cdef object _pop(self, object timeout, PeerWatch peer)
+    cdef object _pop(self, object timeout, PeerWatch peer, bint spin)
 
 
 cdef class SpscRing(_Ring):

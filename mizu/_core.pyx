@@ -471,7 +471,7 @@ cdef class _Ring:
         EOFError
             The ring is closed and empty.
         """
-        return self._pop(timeout, peer)
+        return self._pop(timeout, peer, True)
 
     cdef object _try_pop(self):
         cdef Reservation res
@@ -479,13 +479,15 @@ cdef class _Ring:
             return self._take(res)
         return None
 
-    cdef object _pop(self, object timeout, PeerWatch peer):
+    cdef object _pop(self, object timeout, PeerWatch peer, bint spin):
+        """pop(); spin False sleeps after a few polls, without the timed spin."""
         cdef Reservation res
         cdef WaitOptions opt
         cdef WaitStatus st
         if self.ring.get().begin_pop(res):
             return self._take(res)
         opt.deadline_ns = _deadline(timeout)
+        opt.spin = spin
         if peer is not None:
             opt.peer = peer.watch.get()
         opt.hook.fn = _run_signal_handlers

@@ -329,6 +329,7 @@ cdef class _Pool:
     cdef public bint watched, shutting_down, started
     cdef public double task_seconds
     cdef public Py_ssize_t depth
+    cdef Py_ssize_t cores               # this process's CPUs
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
     cdef int owner                      # the process that made the pool
     cdef object __weakref__
@@ -360,6 +361,7 @@ cdef class _Pool:
         self.reassembler = Reassembler()
         self.task_seconds = _SHORT_TASK
         self.depth = 2
+        self.cores = _usable_cores()
         self.feeding = set()          # workers whose outbox holds frames
         self.broken = None
         self.shutting_down = False
@@ -693,12 +695,23 @@ cdef class _Pool:
                 self.dispatch()
                 wait = min(wait, _FEED_NS)
             try:
-                frame = ring._pop(wait * 1e-9, None)
+                frame = ring._pop(wait * 1e-9, None, self.core_to_spare())
             except TimeoutError:
                 self.check_workers()
                 continue
             self.handle(frame)
             self.drain_ready()
+
+    cdef bint core_to_spare(self):
+        """Whether a waiting caller may spin: a core is left beside the workers that have tasks."""
+        cdef _Worker worker
+        cdef Py_ssize_t busy = 0
+        for worker in self.workers:
+            if worker.in_flight.size():
+                busy += 1
+                if busy >= self.cores:
+                    return False
+        return True
 
     cdef drain_ready(self):
         cdef _Ring ring = self.results
@@ -1032,6 +1045,12 @@ os.register_at_fork(after_in_child=_abandon_inherited_pools)
 def _chunks(arguments, size):
     while chunk := list(itertools.islice(arguments, size)):
         yield chunk
+
+
+def _usable_cores():
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _default_workers():

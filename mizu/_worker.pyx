@@ -106,7 +106,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     partial = Reassembler()
     while True:
         try:
-            message = tasks._pop(None, client)
+            message = tasks._pop(None, client, True)
         except (EOFError, _core.PeerDiedError):
             return
         first = message[0]

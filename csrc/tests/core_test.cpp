@@ -189,6 +189,31 @@ void out_of_order_publication(WaitBackend backend) {
     CHECK(late.load() == 0);
 }
 
+// A waiter told not to spin sleeps at once however long its spin budget;
+// told nothing, the same wait ends while spinning.
+void waits_without_spinning(WaitBackend backend) {
+    for (bool spin : {false, true}) {
+        Fixture f(4, 16, RingKind::spsc, backend);
+        SpscRing ring = f.ring<SpscRing>();
+        Waiter w;
+        w.set_spin_limit_ns(2000000000);
+        w.set_slice_ns(60LL * 1000000000);
+        std::thread producer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            Reservation res;
+            CHECK(ring.begin_push(4, res));
+            ring.end_push(res);
+        });
+        WaitOptions opt;
+        opt.spin = spin;
+        Reservation res;
+        CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
+        ring.end_pop(res);
+        producer.join();
+        CHECK(w.stats().sleeps == (spin ? 0u : 1u) && w.stats().spin_wins == (spin ? 1u : 0u));
+    }
+}
+
 void timeouts_and_close(WaitBackend backend) {
     Fixture f(4, 16, RingKind::mpmc, backend);
     MpmcRing ring = f.ring<MpmcRing>();
@@ -847,6 +872,7 @@ int main() {
         wake_storm(backend, 2000);
         out_of_order_publication(backend);
         timeouts_and_close(backend);
+        waits_without_spinning(backend);
     }
     StressResult r = stress_mpmc(2, 2, 20000, 64, 64, WaitBackend::native);
     CHECK(r.received == 40000 && r.duplicates == 0 && r.corrupt == 0 && r.missing == 0 && r.failed_children == 0);

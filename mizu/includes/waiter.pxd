@@ -26,6 +26,7 @@ cdef extern from "waiter.hpp" namespace "mizu" nogil:
         int64_t deadline_ns
         const PeerWatch* peer
         SliceHook hook
+        bool spin
 
     cdef cppclass WaitStats:
         uint64_t spin_wins
