@@ -67,8 +67,8 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._future import LazyFuture
-from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, INITIALIZER, OK, OOB, RESULT, RETIRING, TASK, UNPICKLING,
-                            WIRE, Reassembler, dumps_pickled, frames, loads, sender_of)
+from mizu._protocol import (BATCH, CALL, CONTINUED, FIRST, FLAT, INITIALIZER, OK, OOB, RESULT, RETIRING, SINGLE, TASK,
+                            UNPICKLING, WIRE, Reassembler, dumps_pickled, frames, loads, sender_of)
 from mizu._worker import main as _worker_main
 
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
@@ -992,9 +992,10 @@ def _task_repr(future):
     cdef Cell cell = cell_of(future)
     if cell.kind == CALL:
         return _call_repr(cell.fn, cell.first, cell.second)
-    units, flat = cell.first, cell.second
+    units, shape = cell.first, cell.second
+    args = units[0] if shape & FLAT else units[0][0]
     return (f"a map batch of {cell.calls} call{'s' if cell.calls != 1 else ''}, the first "
-            f"{_call_repr(cell.fn, units[0] if flat else units[0][0], {})}")
+            f"{_call_repr(cell.fn, (args,) if shape & SINGLE else args, {})}")
 
 
 def _obituary(_Worker worker):
@@ -1149,9 +1150,13 @@ class ProcessPoolExecutor(_base.Executor):
         pool = self._pool
         # Units are the stdlib's chunks: an exception stands for its whole
         # unit. Several units travel as one batch, with no Future per unit;
-        # with chunksize 1 a unit is the argument tuple itself.
+        # with chunksize 1 a unit is the call itself. A call's arguments are
+        # a tuple, or with one iterable the bare item.
         flat = chunksize == 1
-        units = zip(*iterables) if flat else _chunks(zip(*iterables), chunksize)
+        single = len(iterables) == 1
+        calls = iter(iterables[0]) if single else zip(*iterables)
+        units = calls if flat else _chunks(calls, chunksize)
+        shape = (FLAT if flat else 0) | (SINGLE if single else 0)
         if buffersize is None:
             units = list(units)
             per_batch = pool.batch_size(len(units), chunksize, self._max_workers)
@@ -1161,7 +1166,7 @@ class ProcessPoolExecutor(_base.Executor):
         submit = pool.submit
 
         def send(batch):
-            return submit(BATCH, fn, batch, flat, len(batch) if flat else sum(map(len, batch)))
+            return submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)))
 
         futures = collections.deque(
             map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))

@@ -8,8 +8,10 @@ wire message of the rest:
 
 client -> worker, on the worker's own SpscRing:
     (CALL, task_id, fn_ref, args, kwargs)    run fn(*args, **kwargs)
-    (BATCH, task_id, fn_ref, units, flat)    run map's units: with flat, each an argument
-                                             tuple; else each a list of them. The value is
+    (BATCH, task_id, fn_ref, units, shape)   run map's units. shape has FLAT when a unit is
+                                             one call, else a unit is a list of calls; and
+                                             SINGLE when a call's arguments are one bare
+                                             value, else they are a tuple. The value is
                                              (values, failures): one value (or list of values)
                                              per unit, None where the unit raised, and
                                              (unit index, exception) for each that did
@@ -62,6 +64,7 @@ from mizu._arena import REF_SIZE, open_block
 from mizu._wire import decode, encode_plain
 
 CALL, BATCH = 0, 1
+FLAT, SINGLE = 1, 2
 OK, RAISED, RETIRING = 0, 1, 2
 INITIALIZER, UNPICKLING = 0, 1
 

@@ -18,14 +18,14 @@ import traceback
 from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _core
-from mizu._protocol import (CALL, CONTINUED, FIRST, INITIALIZER, OK, RAISED, RESULT, RETIRING, TASK, UNPICKLING, WIRE,
-                            Reassembler, dumps, dumps_pickled, frames, loads)
+from mizu._protocol import (CALL, CONTINUED, FIRST, FLAT, INITIALIZER, OK, RAISED, RESULT, RETIRING, SINGLE, TASK,
+                            UNPICKLING, WIRE, Reassembler, dumps, dumps_pickled, frames, loads)
 
 
 _IDLE_SLICE_NS = 250_000_000
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _WIRE_MESSAGE = WIRE
 cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT
-cdef int _CALL = CALL, _OK = OK
+cdef int _CALL = CALL, _OK = OK, _FLAT = FLAT, _SINGLE = SINGLE
 
 
 def _exit_with(client):
@@ -63,11 +63,17 @@ def _last_words(results, index, stage, exc):
         pass
 
 
-def _run_units(fn, units, flat):
+def _run_units(fn, list units, int shape):
+    cdef bint flat = shape & _FLAT, single = shape & _SINGLE
+    cdef Py_ssize_t index
     values, failures = [], []
-    for index, unit in enumerate(units):
+    for index in range(len(units)):
+        unit = units[index]
         try:
-            values.append(fn(*unit) if flat else [fn(*args) for args in unit])
+            if flat:
+                values.append(fn(unit) if single else fn(*unit))
+            else:
+                values.append([fn(arg) for arg in unit] if single else [fn(*args) for args in unit])
         except BaseException as exc:
             values.append(None)
             failures.append((index, _ExceptionWithTraceback(exc, exc.__traceback__)))
@@ -121,7 +127,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
                                             PyBytes_GET_SIZE(message), "task")
                 kind, task_id, fn_ref, kwargs = _CALL, task_head.task_id, task_head.fn_id, None
             else:
-                # (kind, task_id, fn_ref, args, kwargs), or (kind, task_id, fn_ref, units, flat)
+                # (kind, task_id, fn_ref, args, kwargs), or (kind, task_id, fn_ref, units, shape)
                 kind, task_id, fn_ref, args, kwargs = <tuple?>(
                     decode(message) if first == _WIRE_MESSAGE else loads(message, channel))
         except BaseException as exc:

@@ -59,6 +59,16 @@ def test_map_keeps_order_across_chunk_sizes(pool):
     assert list(pool.map(children.double, [])) == []
 
 
+def test_map_passes_each_item_of_one_iterable_as_one_argument(pool):
+    items = [(1, 2), (3,), (), [4, 5], None, "ab", {"k": 1}]
+    for chunksize in (1, 2, 100):
+        assert list(pool.map(children.echo_value, items, chunksize=chunksize)) == items
+        assert list(pool.map(children.add, range(5), range(10, 13), chunksize=chunksize)) == [10, 12, 14]
+        assert list(pool.map(children.pid, chunksize=chunksize)) == []
+    with pytest.raises(TypeError, match="takes 1 positional argument but 2 were given"):
+        list(pool.map(children.echo_value, [1, 2], [3, 4]))
+
+
 @pytest.mark.parametrize("chunksize", [1, 3])
 def test_map_keeps_no_reference_to_what_it_yielded(pool, chunksize):
     import gc
