@@ -21,7 +21,7 @@ from mizu.includes.any_ring cimport AnyRing
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.ring cimport Reservation, RingBase, RingKind, RingLayout
 from mizu.includes.segment cimport Segment as CSegment
-from mizu.includes.spin cimport kForever, now_ns
+from mizu.includes.spin cimport cpu_relax, kForever, now_ns
 from mizu.includes.waiter cimport WaitBackend, WaitOptions, WaitStats, WaitStatus, Waiter
 
 import operator
@@ -31,6 +31,11 @@ from multiprocessing import reduction
 
 __all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
 
+# A blocking pop first polls this long with the GIL held: a peer that answers
+# within it (a round trip's result, the next task of a busy client) costs no
+# GIL release and re-acquisition, which are a few hundred instructions each way
+# on the critical path. Other threads wait at most this long for the GIL.
+cdef int64_t _HELD_SPIN_NS = 2000
 _BACKENDS = {"native": <int>WaitBackend.native, "portable": <int>WaitBackend.portable}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 
@@ -480,12 +485,23 @@ cdef class _Ring:
         return None
 
     cdef object _pop(self, object timeout, PeerWatch peer, bint spin):
-        """pop(); spin False sleeps after a few polls, without the timed spin."""
+        """pop(); spin False sleeps after a few polls, without the held or the timed spin."""
         cdef Reservation res
         cdef WaitOptions opt
         cdef WaitStatus st
+        cdef int64_t until
+        cdef int i
         if self.ring.get().begin_pop(res):
             return self._take(res)
+        if spin and self.pop_waiter.get().spin_limit_ns() > 0:
+            until = now_ns() + min(_HELD_SPIN_NS, self.pop_waiter.get().spin_limit_ns())
+            while True:
+                for i in range(32):
+                    cpu_relax()
+                    if self.ring.get().begin_pop(res):
+                        return self._take(res)
+                if now_ns() >= until:
+                    break
         opt.deadline_ns = _deadline(timeout)
         opt.spin = spin
         if peer is not None:
