@@ -1043,6 +1043,45 @@ def _abandon_inherited_pools():
 os.register_at_fork(after_in_child=_abandon_inherited_pools)
 
 
+cdef class _Flattened:
+    """The iterator map returns: the values of each list that `batches` yields, popped from its end.
+
+    Popped, not iterated: a value the caller has dropped stays alive nowhere
+    here. Dropping or closing it closes `batches`, which cancels the tasks
+    not yet collected, as closing the stdlib's generator does.
+    """
+
+    cdef list values
+    cdef object batches
+
+    def __cinit__(self, batches):
+        self.values = []
+        self.batches = batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef list values = self.values
+        while not PyList_GET_SIZE(values):
+            if self.batches is None:
+                raise StopIteration
+            values = self.values = next(self.batches)
+        return values.pop()
+
+    def close(self):
+        """Stop early: tasks not yet collected are cancelled."""
+        self.values = []
+        batches, self.batches = self.batches, None
+        if batches is not None:
+            batches.close()
+
+
+def _slices(sequence, size):
+    for start in range(0, len(sequence), size):
+        yield sequence[start:start + size]
+
+
 def _chunks(arguments, size):
     while chunk := list(itertools.islice(arguments, size)):
         yield chunk
@@ -1160,9 +1199,11 @@ class ProcessPoolExecutor(_base.Executor):
         if buffersize is None:
             units = list(units)
             per_batch = pool.batch_size(len(units), chunksize, self._max_workers)
+            # Not a generator expression: that would keep `units` in the
+            # closure of results(), for the collector to walk until the end.
+            batches = _slices(units, per_batch)
         else:
-            per_batch = 1
-        batches = _chunks(iter(units), per_batch)
+            batches = _chunks(units, 1)
         submit = pool.submit
 
         def send(batch):
@@ -1172,6 +1213,7 @@ class ProcessPoolExecutor(_base.Executor):
             map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))
 
         def results():
+            """Each batch's values, in a list in reverse order, for _Flattened to pop."""
             try:
                 while futures:
                     if buffersize is not None:
@@ -1185,24 +1227,17 @@ class ProcessPoolExecutor(_base.Executor):
                     del future
                     if failures:
                         del values[failures[0][0]:]
-                    # Popped, not iterated: a value the caller has dropped
-                    # must not stay alive in this generator.
+                    if not flat:
+                        values = list(itertools.chain.from_iterable(values))
                     values.reverse()
-                    while values:
-                        if flat:
-                            yield values.pop()
-                        else:
-                            unit = values.pop()
-                            unit.reverse()
-                            while unit:
-                                yield unit.pop()
+                    yield values
                     if failures:
                         raise failures[0][1]
             finally:
                 for future in futures:
                     future.cancel()
 
-        return results()
+        return _Flattened(results())
 
     if sys.version_info >= (3, 14):
         def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):

@@ -69,6 +69,21 @@ def test_map_passes_each_item_of_one_iterable_as_one_argument(pool):
         list(pool.map(children.echo_value, [1, 2], [3, 4]))
 
 
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_a_map_stopped_early_cancels_the_calls_not_yet_started(executor_type, how, tmp_path):
+    log = tmp_path / "ran"
+    with executor_type(1) as ex:
+        results = ex.map(children.record, [str(log)] * 40, range(40), [0.05] * 40)
+        assert next(results) == 0
+        if how == "close":
+            results.close()
+            assert list(results) == []
+        else:
+            del results
+    ran = [int(line) for line in log.read_text().split()]
+    assert ran == list(range(len(ran))) and len(ran) < 40
+
+
 @pytest.mark.parametrize("chunksize", [1, 3])
 def test_map_keeps_no_reference_to_what_it_yielded(pool, chunksize):
     import gc
