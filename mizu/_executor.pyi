@@ -1,0 +1,36 @@
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future
+from multiprocessing.context import BaseContext
+from typing import Any, ParamSpec, TypeVar
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+class ProcessPoolExecutor(Executor):
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        mp_context: BaseContext | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+        *,
+        max_tasks_per_child: int | None = None,
+    ) -> None: ...
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]: ...
+    if sys.version_info >= (3, 14):
+        def map(
+            self,
+            fn: Callable[..., _T],
+            *iterables: Iterable[Any],
+            timeout: float | None = None,
+            chunksize: int = 1,
+            buffersize: int | None = None,
+        ) -> Iterator[_T]: ...
+        def terminate_workers(self) -> None: ...
+        def kill_workers(self) -> None: ...
+    else:
+        def map(
+            self, fn: Callable[..., _T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        ) -> Iterator[_T]: ...
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
