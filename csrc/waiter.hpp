@@ -95,6 +95,8 @@ public:
         budget_ns_ = spin_limit_ns_;
     }
     int64_t spin_limit_ns() const noexcept { return spin_limit_ns_; }
+    // The spin the next wait may make: the limit, or less after waits that outlasted it.
+    int64_t budget_ns() const noexcept { return budget_ns_; }
     // Longest single sleep: the period of liveness checks and hooks.
     void set_slice_ns(int64_t ns) noexcept { slice_ns_ = ns < 1000000 ? 1000000 : ns; }
     int64_t slice_ns() const noexcept { return slice_ns_; }

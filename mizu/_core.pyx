@@ -31,10 +31,11 @@ from multiprocessing import reduction
 
 __all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
 
-# A blocking pop first polls this long with the GIL held: a peer that answers
+# A blocking pop first polls about this long with the GIL held (less if its
+# waiter's spin budget or the deadline is shorter): a peer that answers
 # within it (a round trip's result, the next task of a busy client) costs no
 # GIL release and re-acquisition, which are a few hundred instructions each way
-# on the critical path. Other threads wait at most this long for the GIL.
+# on the critical path. Other threads wait about this long for the GIL.
 cdef int64_t _HELD_SPIN_NS = 2000
 _BACKENDS = {"native": <int>WaitBackend.native, "portable": <int>WaitBackend.portable}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
@@ -464,8 +465,9 @@ cdef class _Ring:
 
         The next message as bytes, waiting while the ring is empty.
 
-        The GIL is released while waiting; signal handlers run within a slice
-        (`slice_ns`), so Ctrl-C interrupts a blocked pop.
+        A message that arrives within about 2 us is taken with the GIL held;
+        after that the GIL is released while waiting, and signal handlers run
+        within a slice (`slice_ns`), so Ctrl-C interrupts a blocked pop.
 
         Raises
         ------
@@ -493,17 +495,16 @@ cdef class _Ring:
         cdef int i
         if self.ring.get().begin_pop(res):
             return self._take(res)
-        if spin and self.pop_waiter.get().spin_limit_ns() > 0:
-            until = now_ns() + min(_HELD_SPIN_NS, self.pop_waiter.get().spin_limit_ns())
-            while True:
-                for i in range(32):
+        opt.deadline_ns = _deadline(timeout)
+        opt.spin = spin
+        if spin and self.pop_waiter.get().budget_ns() > 0:
+            until = now_ns() + min(_HELD_SPIN_NS, self.pop_waiter.get().budget_ns())
+            until = min(until, opt.deadline_ns)
+            while now_ns() < until:
+                for i in range(8):
                     cpu_relax()
                     if self.ring.get().begin_pop(res):
                         return self._take(res)
-                if now_ns() >= until:
-                    break
-        opt.deadline_ns = _deadline(timeout)
-        opt.spin = spin
         if peer is not None:
             opt.peer = peer.watch.get()
         opt.hook.fn = _run_signal_handlers

@@ -2,12 +2,22 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from threading import Thread
 from typing import Any, ParamSpec, TypeVar
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 class ProcessPoolExecutor(Executor):
+    _max_workers: int
+    _mp_context: BaseContext
+    @property
+    def _processes(self) -> dict[int, BaseProcess]: ...
+    @property
+    def _executor_manager_thread(self) -> Thread | None: ...
+    @property
+    def _broken(self) -> str | bool: ...
     def __init__(
         self,
         max_workers: int | None = None,

@@ -1047,12 +1047,14 @@ cdef class _Flattened:
     """The iterator map returns: the values of each list that `batches` yields, popped from its end.
 
     Popped, not iterated: a value the caller has dropped stays alive nowhere
-    here. Dropping or closing it closes `batches`, which cancels the tasks
-    not yet collected, as closing the stdlib's generator does.
+    here. Once iteration has begun, dropping or closing it closes `batches`,
+    which cancels the tasks not yet started, as closing the stdlib's
+    generator does.
     """
 
     cdef list values
     cdef object batches
+    cdef object __weakref__
 
     def __cinit__(self, batches):
         self.values = []
@@ -1070,11 +1072,12 @@ cdef class _Flattened:
         return values.pop()
 
     def close(self):
-        """Stop early: tasks not yet collected are cancelled."""
+        """Stop early: once iteration has begun, tasks not yet started are cancelled."""
+        if self.batches is not None:
+            # Raises, and changes nothing, while another thread is in next().
+            self.batches.close()
         self.values = []
-        batches, self.batches = self.batches, None
-        if batches is not None:
-            batches.close()
+        self.batches = None
 
 
 def _slices(sequence, size):
@@ -1088,6 +1091,8 @@ def _chunks(arguments, size):
 
 
 def _usable_cores():
+    if hasattr(os, "process_cpu_count"):
+        return os.process_cpu_count() or 1
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -1244,7 +1249,7 @@ class ProcessPoolExecutor(_base.Executor):
             """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None)
 
             Like the builtin `map`, with calls made in the workers, `chunksize`
-            argument tuples to a task, at most `buffersize` tasks submitted ahead.
+            calls to a task, at most `buffersize` tasks submitted ahead.
             Results are yielded in order.
 
             Raises
@@ -1258,7 +1263,7 @@ class ProcessPoolExecutor(_base.Executor):
             """map(fn, *iterables, timeout=None, chunksize=1)
 
             Like the builtin `map`, with calls made in the workers, `chunksize`
-            argument tuples to a task. Results are yielded in order.
+            calls to a task. Results are yielded in order.
 
             Raises
             ------

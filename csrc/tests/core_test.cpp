@@ -210,7 +210,7 @@ void waits_without_spinning(WaitBackend backend) {
         CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
         ring.end_pop(res);
         producer.join();
-        CHECK(w.stats().sleeps == (spin ? 0u : 1u) && w.stats().spin_wins == (spin ? 1u : 0u));
+        CHECK(spin ? w.stats().sleeps == 0 && w.stats().spin_wins == 1 : w.stats().sleeps >= 1 && w.stats().spin_wins == 0);
     }
 }
 

@@ -37,6 +37,7 @@ cdef extern from "waiter.hpp" namespace "mizu" nogil:
         Waiter(SpinGate* gate)
         void set_spin_limit_ns(int64_t ns)
         int64_t spin_limit_ns()
+        int64_t budget_ns()
         void set_slice_ns(int64_t ns)
         int64_t slice_ns()
         const WaitStats& stats()
