@@ -96,11 +96,27 @@ def pools():
     return kinds
 
 
+PAIRED_ROWS = {"rt": round_trip, "pipelined": pipelined, "map": map_overhead}
+
+
+def serve(workers):
+    """For benchmarks/mizu-paired.py: one mizu pool; each line 'row n' on stdin is answered with seconds per task."""
+    with mizu.ProcessPoolExecutor(workers) as pool:
+        list(pool.map(trivial, range(4 * workers)))
+        for line in sys.stdin:
+            row, n = line.split()
+            print(repr(PAIRED_ROWS[row](pool, int(n))), flush=True)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs of each row and pool (default 5)")
     parser.add_argument("--quick", action="store_true", help="fewer tasks, for a smoke test")
+    parser.add_argument("--serve", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve:
+        return serve(args.serve)
     scale = 10 if args.quick else 1
     rows = [
         ("trivial round trip, 1 worker (us/task)", 1, round_trip, 20_000 // scale, 1e6),
