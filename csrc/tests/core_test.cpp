@@ -210,7 +210,8 @@ void waits_without_spinning(WaitBackend backend) {
         CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
         ring.end_pop(res);
         producer.join();
-        CHECK(spin ? w.stats().sleeps == 0 && w.stats().spin_wins == 1 : w.stats().sleeps >= 1 && w.stats().spin_wins == 0);
+        const WaitStats& st = w.stats();
+        CHECK(spin ? st.sleeps == 0 && st.spin_wins == 1 : st.sleeps >= 1 && st.spin_wins == 0);
     }
 }
 
