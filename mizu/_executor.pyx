@@ -1091,11 +1091,10 @@ def _chunks(arguments, size):
 
 
 def _usable_cores():
-    if hasattr(os, "process_cpu_count"):
-        return os.process_cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):
+    # Before 3.13 the default max_workers counts every CPU, not those this process may use.
+    if not hasattr(os, "process_cpu_count") and hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return _default_workers()
 
 
 def _default_workers():
