@@ -88,6 +88,31 @@ cdef bool _run_signal_handlers(void* ctx) noexcept with gil:
     return _check_signals() == 0
 
 
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident() nogil
+
+
+# Signal handlers run in the main thread only, so only there does a blocked
+# call take the GIL each slice to run them. Another thread must never take
+# it from inside the core's C++ frames: while the interpreter finalizes,
+# CPython ends a daemon thread that asks for the GIL by unwinding its stack,
+# and a C++ frame's catch-all on the way would abort the process.
+cdef unsigned long _main_thread = threading.main_thread().ident
+
+
+def _forked_in_child():
+    global _main_thread
+    _main_thread = PyThread_get_thread_ident()   # the thread that forked is the child's main thread
+
+
+os.register_at_fork(after_in_child=_forked_in_child)
+
+
+cdef inline void _hook_signals(WaitOptions& opt) noexcept:
+    if PyThread_get_thread_ident() == _main_thread:
+        opt.hook.fn = _run_signal_handlers
+
+
 cdef int _reraise() except -1:
     return -1
 
@@ -382,7 +407,7 @@ cdef class _Ring:
             opt.deadline_ns = _deadline(timeout)
             if peer is not None:
                 opt.peer = peer.watch.get()
-            opt.hook.fn = _run_signal_handlers
+            _hook_signals(opt)
             with nogil:
                 st = self.ring.get().wait_push(<uint32_t>n, res, deref(self.push_waiter), opt)
             if st != WaitStatus.ready:
@@ -507,7 +532,7 @@ cdef class _Ring:
                         return self._take(res)
         if peer is not None:
             opt.peer = peer.watch.get()
-        opt.hook.fn = _run_signal_handlers
+        _hook_signals(opt)
         with nogil:
             st = self.ring.get().wait_pop(res, deref(self.pop_waiter), opt)
         if st == WaitStatus.ready:
@@ -538,7 +563,7 @@ cdef class _Ring:
         opt.deadline_ns = _deadline(timeout)
         if peer is not None:
             opt.peer = peer.watch.get()
-        opt.hook.fn = _run_signal_handlers
+        _hook_signals(opt)
         with nogil:
             st = self.ring.get().wait_readable(deref(self.pop_waiter), opt)
         if st == WaitStatus.ready:

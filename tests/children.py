@@ -526,6 +526,18 @@ def client_with_busy_pool(method, directory):
         signal.pause()
 
 
+def client_mapping_sleeps(workers, tasks, seconds):
+    """A map of sleeps in a with block, as a user writes it; report the workers, then "mapping"."""
+    import mizu
+
+    with mizu.ProcessPoolExecutor(workers) as ex:
+        ex.submit(double, 0).result()   # every worker is up (fork starts them all at once)
+        _report(workers=sorted(ex._processes))
+        print("mapping", flush=True)
+        for _ in ex.map(time.sleep, [seconds] * tasks):
+            pass
+
+
 def client_interrupted(kind, where, gate):
     """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally."""
     ex = _executor(kind)

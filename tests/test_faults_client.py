@@ -248,6 +248,42 @@ def test_ctrl_c_interrupts_a_wait_and_the_exit_is_clean(client, tmp_path, execut
     _interrupt(client, tmp_path, "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib", where, group)
 
 
+def _signals(seed):
+    """Up to ten (delay, signal) pairs; seed None: four SIGINTs a second apart."""
+    import random
+
+    if seed is None:
+        return [(1.0, signal.SIGINT)] * 4
+    rng = random.Random(seed)
+    return [(rng.uniform(0, 1.0), signal.SIGTERM if rng.random() < 0.15 else signal.SIGINT)
+            for _ in range(rng.randint(1, 10))]
+
+
+@linux_only
+@pytest.mark.parametrize("seed", [None, *range(6)], ids=lambda seed: "4 a second apart" if seed is None else seed)
+def test_no_sequence_of_signals_crashes_the_client(client, seed):
+    """Up to ten SIGINTs and SIGTERMs at random moments of a map and of the shutdown after it.
+
+    The client ends by a signal or an exception, never by a crash; nothing
+    of it is left running or in /dev/shm.
+    """
+    before = _shm()
+    c = client("client_mapping_sleeps(4, 8, 3)")
+    workers = json.loads(c.line(60))["workers"]
+    assert c.line(60) == "mapping"
+    for delay, sig in _signals(seed):
+        time.sleep(delay)
+        if c.proc.poll() is not None:
+            break
+        os.kill(c.pid, sig)
+    code, err = c.wait(30)
+    assert code in (0, 1, -signal.SIGINT, -signal.SIGTERM), err
+    assert "Fatal" not in err and "FATAL" not in err, err
+    _exit_all(workers, 5)
+    _group_ends(c.pid, 5)
+    assert _shm() - before == set()
+
+
 @linux_only
 @pytest.mark.parametrize("group", [False, True], ids=["client", "process group"])
 def test_ctrl_c_interrupts_shutdown_and_the_exit_is_clean(client, tmp_path, group):
