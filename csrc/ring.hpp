@@ -84,6 +84,13 @@ public:
         return tail > head ? tail - head : 0;
     }
 
+    // Messages popped so far, by any consumer. Whoever knows what it pushed
+    // learns from it whether a consumer has taken anything since.
+    uint64_t popped() const noexcept {
+        // relaxed: a count to compare, ordering nothing.
+        return r_->head.load(std::memory_order_relaxed);
+    }
+
     // After close(), pushes fail and pops drain what is left, then report closed.
     void close() noexcept {
         // release: everything pushed before close() stays visible to consumers.

@@ -356,6 +356,11 @@ cdef class _Ring:
     def __len__(self):
         return self.ring.get().base().size()
 
+    @property
+    def popped(self):
+        """Messages popped so far, by any process."""
+        return self.ring.get().base().popped()
+
     def close(self):
         """Close the ring for every process: pushes fail, pops drain what is left and then raise EOFError."""
         self.ring.get().base().close()

@@ -1,6 +1,7 @@
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
+from concurrent.futures import ProcessPoolExecutor as _StdlibProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from threading import Thread
@@ -9,7 +10,7 @@ from typing import Any, ParamSpec, TypeVar
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-class ProcessPoolExecutor(Executor):
+class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
     _max_workers: int
     _mp_context: BaseContext
     @property

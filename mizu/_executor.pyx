@@ -62,6 +62,7 @@ import traceback
 import types
 import weakref
 from concurrent.futures import _base
+from concurrent.futures import process as _process
 from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 from time import monotonic as _monotonic
 
@@ -93,6 +94,8 @@ _TASK_REPR = 200      # characters of a task's call in an error message
 _BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 _BROKEN_FUTURE = ("A process in the process pool was terminated abruptly while the future was running or "
                   "pending.")
+_TERMINATED = "The process pool was terminated, it is not usable anymore"
+_TERMINATED_FUTURE = "The process pool was terminated while the future was running or pending."
 
 
 cdef extern from "Python.h":
@@ -237,8 +240,11 @@ cdef object _drain_for(Cell cell, timeout):
     return max(0, deadline - now_ns()) * 1e-9
 
 
-class _Future(LazyFuture):
-    """A concurrent.futures.Future whose waiting caller drains results itself."""
+class Future(LazyFuture):
+    """A concurrent.futures.Future whose waiting caller drains results itself.
+
+    Its name is the stdlib's, so that it prints as the stdlib's futures do.
+    """
 
     def _watched(self):
         # A callback, wait() or as_completed() now depends on the drain thread.
@@ -266,12 +272,13 @@ cdef class _Worker:
     """One worker slot: its process, task ring and client-side bookkeeping."""
 
     cdef readonly Py_ssize_t index
-    cdef readonly _Ring ring
+    cdef readonly _Ring ring          # None once the pool has let go of its segment
     cdef readonly object outbox
     cdef readonly _Fifo in_flight
     cdef readonly dict registered
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
+    cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
 
     def __init__(self, index, ring):
         self.index = index
@@ -285,6 +292,11 @@ cdef class _Worker:
         self.outbox = collections.deque()   # frames waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
         self.started_tasks = 0        # tasks sent to the current process
+
+    cdef release(self):
+        self.ring = None
+        self.process = self.watch = self.channel = None
+        self.registered.clear()
 
 
 cdef object _answered(_Fifo in_flight, unsigned long long task_id):
@@ -374,18 +386,20 @@ cdef class _Pool:
     # -- starting and stopping -------------------------------------------------------------
 
     def start(self):
-        # Fork before the thread exists: forking a process with threads risks the child's locks.
-        if not self.on_demand:
-            for worker in self.slots:
-                self.grow()
-        self.thread = threading.Thread(target=self.drain_forever, name="mizu-drain", daemon=True)
         try:
+            # Fork before the thread exists: forking a process with threads risks the child's locks.
+            if not self.on_demand:
+                for worker in self.slots:
+                    self.grow()
+            self.thread = threading.Thread(target=self.drain_forever, name="mizu-drain", daemon=True)
             self.thread.start()
         except BaseException as exc:
-            # At interpreter exit no thread can start; leave no process behind.
+            # No descriptors or processes left, or at interpreter exit no
+            # thread can start: the workers already started are told to stop
+            # (their rings are closed, so the pool cannot start again).
             self.close_workers()
-            del self.workers[:]
-            self.broken = f"The pool's result thread could not start: {exc!r}"
+            self.broken = f"The pool could not start its workers: {exc!r}"
+            self.release()
             raise
         _live_pools.add(self)
         self.started = True
@@ -398,9 +412,9 @@ cdef class _Pool:
     cdef adjust(self):
         """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock."""
         if len(self.workers) < len(self.slots):
-            try:
+            if self.idle:
                 self.idle.pop()
-            except IndexError:
+            else:
                 self.grow()
 
     cdef spawn(self, _Worker worker):
@@ -423,6 +437,7 @@ cdef class _Pool:
         worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
         worker.registered.clear()
         worker.started_tasks = 0
+        worker.popped_at_start = worker.ring.popped
         worker.failure = None
 
     cdef bint sending(self):
@@ -441,9 +456,17 @@ cdef class _Pool:
         return None
 
     cdef close_workers(self, kill=None):
-        procs = [worker.process for worker in self.workers if worker.process is not None]
-        for worker in self.workers:
-            worker.ring.close()
+        """Close every worker's ring, so it exits; with kill ("terminate"), signal them too; join them.
+
+        It works on its own list of the workers' parts: the drain thread may
+        let go of the pool's (release) meanwhile.
+        """
+        cdef _Worker worker
+        parts = [(worker.ring, worker.process, worker.channel) for worker in self.workers]
+        procs = [proc for _, proc, _ in parts if proc is not None]
+        for ring, _, _ in parts:
+            if ring is not None:
+                ring.close()
         if kill is not None:
             for proc in procs:
                 _signal(proc, kill)
@@ -452,10 +475,31 @@ cdef class _Pool:
                 proc.join(max(0.0, deadline - _monotonic()))
                 # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
                 _signal(proc, "kill")
-        for worker in self.workers:
-            if worker.process is not None:
-                worker.process.join()
-                worker.channel.close()
+        for _, proc, channel in parts:
+            if proc is not None:
+                proc.join()
+                channel.close()
+
+    cdef release(self):
+        """Let go of the segment, the rings and every worker's descriptors, once the workers are gone.
+
+        The segment unmaps, and its descriptor closes, when the last handle
+        to one of its rings goes; a thread still inside a ring call holds its
+        handle until it returns.
+        """
+        cdef _Worker worker
+        self.recv_lock.take(kForever)
+        self.send_lock.take(kForever)
+        try:
+            for worker in self.slots:
+                if worker.channel is not None:
+                    worker.channel.close()
+                worker.release()
+            self.workers, self.slots = [], []
+            self.results = self.segment = None
+        finally:
+            self.send_lock.give()
+            self.recv_lock.give()
 
     # -- submitting ---------------------------------------------------------------------------
 
@@ -464,7 +508,7 @@ cdef class _Pool:
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
         cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
-        future = new_future(_Future, cell)
+        future = new_future(Future, cell)
         if self.started and len(self.workers) == len(self.slots):
             # Every worker has started. Nothing from here to the append runs
             # Python code, so under the GIL no other thread runs in between:
@@ -667,6 +711,8 @@ cdef class _Pool:
                 if not self.take_recv(min(deadline_ns, now + _SLICE_NS)):
                     continue
                 try:
+                    if self.results is None:   # let go of: every future is done
+                        return
                     self.drain_until(cell, deadline_ns)
                 finally:
                     self.give_recv()
@@ -847,6 +893,7 @@ cdef class _Pool:
         if self.broken is None:
             self.close_workers()
         self.results.close()
+        self.release()
         _live_pools.discard(self)
 
     # -- failure --------------------------------------------------------------------------------
@@ -861,22 +908,24 @@ cdef class _Pool:
             if worker.watch.alive() or self.broken is not None:
                 continue
             worker.process.join()
-            self.terminate_broken(_obituary(worker), None if worker.failure is None else worker.failure[1])
+            self.terminate_broken(_obituary(worker, self.on_demand), None if worker.failure is None else worker.failure[1])
             return
 
-    cdef terminate_broken(self, detail, remote=None):
+    cdef terminate_broken(self, detail, remote=None, pool_text=_BROKEN, future_text=_BROKEN_FUTURE):
         """Break the pool: BrokenProcessPool on every pending future, then on submit.
 
-        detail, a sentence saying what broke it, follows the stdlib's text in
-        every message; the cause of each future's error shows remote (a
+        detail, a sentence saying what broke it, follows pool_text (by
+        default the stdlib's) in later submits' errors and future_text in
+        the futures'; the cause of each future's error shows remote (a
         traceback), or detail.
         """
         cdef _Worker worker
         with self.state_lock:
             if self.broken is not None:
                 return
+            results = self.results   # the drain thread may let go of it as soon as the pool is broken
             with self.send_lock:
-                self.broken = f"{_BROKEN}. {detail}"
+                self.broken = f"{pool_text}. {detail}"
                 futures = self.pending.take_all()
                 for worker in self.workers:
                     futures.extend(worker.in_flight.take_all())
@@ -885,14 +934,15 @@ cdef class _Pool:
         cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
         for future in futures:
             _drop_task(cell_of(future))
-            error = BrokenProcessPool(f"{_BROKEN_FUTURE} {detail}")
+            error = BrokenProcessPool(f"{future_text} {detail}")
             error.__cause__ = _RemoteTraceback(cause)
             try:
                 future.set_exception(error)
             except _base.InvalidStateError:
                 pass
         self.close_workers(kill="terminate")
-        self.results.close()
+        if results is not None:
+            results.close()
 
     cdef abandon(self):
         """In a child forked from the pool's process: let go of the pool without touching its rings or processes.
@@ -938,14 +988,28 @@ cdef class _Pool:
             self.kicked.set()
             raise RuntimeError("shutdown(wait=True) cannot wait from a done-callback: it runs in the thread "
                                "that collects the pool's results")
-        if wait:
-            future = self.outstanding()
-            while future is not None and self.broken is None:
-                self.wait_until(future._cell, kForever)
+        try:
+            if wait:
                 future = self.outstanding()
-        self.kicked.set()
-        if wait:
-            self.thread.join()
+                while future is not None and self.broken is None:
+                    self.wait_until(future._cell, kForever)
+                    future = self.outstanding()
+            self.kicked.set()
+            if wait:
+                self.thread.join()
+        except BaseException as exc:
+            # Ctrl-C (or another signal handler's exception) while waiting
+            # for the tasks: stop now instead.
+            self.interrupt(exc)
+            raise
+
+    def interrupt(self, exc):
+        """Stop at once because exc interrupted a wait for the pool's tasks: cancel, terminate, fail what ran."""
+        if not self.started or self.segment is None:
+            return
+        self.shutting_down = True
+        self.terminate_broken(f"Waiting for the pool's tasks was interrupted by {type(exc).__name__}, so the pool "
+                              f"terminated its workers.", None, _TERMINATED, _TERMINATED_FUTURE)
 
     def force_shutdown(self, operation):
         self.shutdown(False, True)
@@ -998,8 +1062,11 @@ def _task_repr(future):
             f"{_call_repr(cell.fn, (args,) if shape & SINGLE else args, {})}")
 
 
-def _obituary(_Worker worker):
-    """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error."""
+def _obituary(_Worker worker, bint imports_main):
+    """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
+
+    imports_main: the worker started by spawn or forkserver, so it imported the main module first.
+    """
     proc = worker.process
     code = proc.exitcode
     if code is not None and code < 0:
@@ -1013,6 +1080,13 @@ def _obituary(_Worker worker):
     stage, tb = worker.failure if worker.failure is not None else (None, None)
     if stage == INITIALIZER:
         return f"{text}: its initializer raised {tb.splitlines()[-1]}."
+    if worker.ring.popped == worker.popped_at_start:
+        text = f"{text} while starting, before it took a task"
+        if imports_main:
+            # The commonest cause: the main module starts a pool when a spawned worker imports it.
+            text += (" (a worker started with spawn or forkserver first imports the main module: does it start "
+                     "its pools under `if __name__ == \"__main__\":`?)")
+        return text + "."
     # It runs its tasks in the order they were sent: the oldest not answered is its current one.
     future = worker.in_flight.oldest()
     if future is not None:
@@ -1102,7 +1176,7 @@ def _default_workers():
     return count or 1
 
 
-class ProcessPoolExecutor(_base.Executor):
+class ProcessPoolExecutor(_process.ProcessPoolExecutor):
     """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None)
 
     An Executor that runs calls in worker processes, through shared memory.
@@ -1290,6 +1364,8 @@ class ProcessPoolExecutor(_base.Executor):
     # results (None before the first submit) and the reason the pool broke.
     @property
     def _processes(self):
+        if self._pool.shutting_down and self._pool.segment is None:   # the stdlib's is None after shutdown too
+            return None
         return {w.process.pid: w.process for w in self._pool.workers}
 
     @property
@@ -1320,8 +1396,15 @@ class ProcessPoolExecutor(_base.Executor):
 def _python_exit():
     global _interpreter_exiting
     _interpreter_exiting = True
-    for pool in list(_live_pools):
-        pool.shutdown(wait=True, cancel_futures=False)
+    pools = list(_live_pools)
+    try:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=False)
+    except BaseException as exc:
+        # Interrupted: the pool it waited for has stopped; the others stop too.
+        for pool in pools:
+            pool.interrupt(exc)
+        raise
 
 
 threading._register_atexit(_python_exit)

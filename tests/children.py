@@ -194,7 +194,16 @@ def announce_then_die(path, seconds):
     os._exit(3)
 
 
+def _crash_quietly():
+    # A worker forked from pytest inherits its faulthandler, which would
+    # print a "Fatal Python error" dump for a crash the test means to cause.
+    import faulthandler
+
+    faulthandler.disable()
+
+
 def segfault(how):
+    _crash_quietly()
     if how == "null pointer":
         import ctypes
 
@@ -221,6 +230,7 @@ def half_readable_array(nbytes):
 
     import numpy as np
 
+    _crash_quietly()
     arr = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]

@@ -248,6 +248,32 @@ def test_ctrl_c_interrupts_a_wait_and_the_exit_is_clean(client, tmp_path, execut
     _interrupt(client, tmp_path, "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib", where, group)
 
 
+@linux_only
+def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
+    """The first Ctrl-C ends the map; leaving the with block then waits for the running tasks, and a second one
+    ends that wait: the workers are terminated and the client exits within a second.
+
+    mizu only: the stdlib's client waits for every task, whatever it is sent.
+    """
+    before = _shm()
+    c = client("client_mapping_sleeps(4, 8, 20)")
+    workers = json.loads(c.line(60))["workers"]
+    assert c.line(60) == "mapping"
+    time.sleep(0.5)
+    os.kill(c.pid, signal.SIGINT)
+    time.sleep(1.0)
+    assert c.proc.poll() is None, "the first Ctrl-C does not stop the pool's running tasks"
+    os.kill(c.pid, signal.SIGINT)
+    start = time.monotonic()
+    code, err = c.wait(30)
+    assert time.monotonic() - start < 2, "the second Ctrl-C must end the wait at once"
+    assert code == -signal.SIGINT and "KeyboardInterrupt" in err
+    assert "Fatal" not in err and "FATAL" not in err
+    _exit_all(workers, 5)
+    _group_ends(c.pid, 5)
+    assert _shm() - before == set()
+
+
 def _signals(seed):
     """Up to ten (delay, signal) pairs; seed None: four SIGINTs a second apart."""
     import random

@@ -17,6 +17,7 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         uint32_t max_message()
         RingKind kind()
         uint64_t size()
+        uint64_t popped()
         void close()
         bint closed()
 
