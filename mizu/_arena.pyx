@@ -15,6 +15,7 @@ its last block here is gone.
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -29,10 +30,12 @@ import collections
 import operator
 import os
 import re
+import sys
+import threading
 import weakref
 from multiprocessing import reduction
 
-__all__ = ["Arena", "Block", "open_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
 
 REF_SIZE = sizeof(BlockRef)
 DEFAULT_SEGMENT_SIZE = 32 << 20
@@ -470,3 +473,129 @@ cdef size_t _positive(str what, object value) except? 0:
     if value <= 0:
         raise ValueError(f"{what} must be positive, got {value}")
     return value
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def _forget_parents_arena():
+    # An arena allocates only in the process that made it; the child makes
+    # its own on first use. A new lock too: another thread of the parent may
+    # have held the old one at the fork.
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parents_arena)
+
+
+def default_arena():
+    """default_arena()
+
+    This process's arena for the arrays that mizu's creation functions make.
+
+    Created on first use with the default `Arena` settings (see
+    ``MIZU_ARENA_LIMIT`` there). A forked child does not inherit its
+    parent's: it gets one of its own on first use, while the arrays it
+    inherited stay valid and shared with the parent.
+
+    Returns
+    -------
+    Arena
+    """
+    global _default
+    arena = _default
+    if arena is None:
+        with _default_lock:
+            if _default is None:
+                _default = Arena()
+            arena = _default
+    return arena
+
+
+def _ndarray_type():
+    # Only an array can lead to a block through numpy, so numpy is consulted
+    # only once something has imported it.
+    numpy = sys.modules.get("numpy")
+    return numpy.ndarray if numpy is not None else None
+
+
+def _walk_to_block(owner, ndarray):
+    """The Block at the end of an object's chain of numpy bases and memoryview owners, or None."""
+    while not isinstance(owner, Block):
+        if ndarray is not None and isinstance(owner, ndarray):
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            return None
+    return owner
+
+
+def _span(address, shape, strides, itemsize, empty):
+    """(lowest address, bytes to one past the highest) that items laid out so cover."""
+    low = high = address
+    if not empty:
+        for n, stride in zip(shape, strides):
+            if stride < 0:
+                low += (n - 1) * stride
+            else:
+                high += (n - 1) * stride
+        high += itemsize
+    return low, high - low
+
+
+cdef size_t _address(object view) except? 0:
+    cdef Py_buffer* buffer = PyMemoryView_GET_BUFFER(view)
+    return <size_t>buffer.buf
+
+
+def arena_block(obj):
+    """arena_block(obj)
+
+    Where the memory of a buffer lies in an arena block, if it does.
+
+    Follows numpy's ``.base`` chain and memoryviews' ``.obj`` from `obj` to
+    a `Block`, then places `obj`'s bytes within it. This is how an
+    arena-backed array, or any view of one, can cross to another process as
+    a block reference and a position instead of a copy of its bytes.
+
+    Parameters
+    ----------
+    obj : object
+        A numpy array or a view of one, a memoryview, a
+        `pickle.PickleBuffer`, a `Block`, or any object.
+
+    Returns
+    -------
+    tuple of (Block, int, int) or None
+        The block, the offset of the lowest byte `obj` spans within the
+        block's data (for a view with negative strides this is not its
+        first element), and the number of bytes from there to one past the
+        highest byte it spans; gaps of a strided view are included. None if
+        `obj` exports no buffer or its memory is not in an arena block.
+    """
+    ndarray = _ndarray_type()
+    if ndarray is not None and isinstance(obj, ndarray):
+        block = _walk_to_block(obj, ndarray)
+        if block is None:
+            return None
+        # Any dtype, those that export no buffer (datetime64) too.
+        low, nbytes = _span(obj.__array_interface__["data"][0], obj.shape, obj.strides, obj.itemsize,
+                            obj.size == 0)
+    else:
+        try:
+            view = memoryview(obj)
+        except TypeError:
+            return None
+        # A PickleBuffer's view leads to what it wraps.
+        block = _walk_to_block(obj if isinstance(obj, (memoryview, Block)) else view.obj, ndarray)
+        if block is None:
+            return None
+        low, nbytes = _span(_address(view), view.shape, view.strides, view.itemsize, view.nbytes == 0)
+    offset = low - (<Block>block).address
+    if offset < 0 or offset + nbytes > (<Block>block).nbytes:
+        return None
+    return block, offset, nbytes

@@ -7,53 +7,12 @@ arena, so the array reaches other processes by reference instead of by copy.
 """
 
 import operator
-import os
-import threading
 
 import numpy as np
 
-from mizu._arena import Arena, Block
+from mizu._arena import _walk_to_block, arena_block, default_arena
 
 __all__ = ["arena_block", "asarray", "default_arena", "empty", "empty_like", "full", "zeros", "zeros_like"]
-
-_arena = None
-_arena_lock = threading.Lock()
-
-
-def _forget_parents_arena():
-    # An arena allocates only in the process that made it; the child makes
-    # its own on first use. A new lock too: another thread of the parent may
-    # have held the old one at the fork.
-    global _arena, _arena_lock
-    _arena = None
-    _arena_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parents_arena)
-
-
-def default_arena():
-    """default_arena()
-
-    This process's arena for the arrays that mizu's creation functions make.
-
-    Created on first use with the default `mizu._arena.Arena` settings (see
-    ``MIZU_ARENA_LIMIT`` there). A forked child does not inherit its
-    parent's: it gets one of its own on first use, while the arrays it
-    inherited stay valid and shared with the parent.
-
-    Returns
-    -------
-    mizu._arena.Arena
-    """
-    global _arena
-    arena = _arena
-    if arena is None:
-        with _arena_lock:
-            if _arena is None:
-                _arena = Arena()
-            arena = _arena
-    return arena
 
 
 def _check_numpy_only(function, like=None, device=None):
@@ -125,7 +84,7 @@ def _in_arena(shape, dtype, layout):
 
 def _zero(arr):
     """Zero every byte of an array that fills its block, as numpy.zeros does for every dtype."""
-    np.frombuffer(_walk_to_block(arr), np.uint8).fill(0)
+    np.frombuffer(_walk_to_block(arr, np.ndarray), np.uint8).fill(0)
 
 
 def empty(shape, dtype=float, order="C", *, device=None, like=None):
@@ -389,82 +348,3 @@ def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
     out = _like("asarray", src, target, "K" if order == "A" and target != src.dtype else order, False, None, None)
     np.copyto(out, src, casting="unsafe")
     return out
-
-
-def _walk_to_block(owner):
-    """The Block at the end of an object's chain of numpy bases and memoryview owners, or None."""
-    while not isinstance(owner, Block):
-        if isinstance(owner, np.ndarray):
-            owner = owner.base
-        elif isinstance(owner, memoryview):
-            owner = owner.obj
-        else:
-            return None
-    return owner
-
-
-def _as_ndarray(obj):
-    """An ndarray over the same memory as the buffer `obj` exports, or None if there is none."""
-    if isinstance(obj, np.ndarray):
-        return obj
-    try:
-        view = memoryview(obj)
-    except TypeError:
-        return None
-    try:
-        return np.asarray(view)
-    except (TypeError, ValueError, NotImplementedError):
-        # A format numpy does not know: its bytes still tell where it lies.
-        return np.frombuffer(view.cast("B"), np.uint8) if view.c_contiguous else None
-
-
-def arena_block(obj):
-    """arena_block(obj)
-
-    Where the memory of a buffer lies in an arena block, if it does.
-
-    Follows numpy's ``.base`` chain and memoryviews' ``.obj`` from `obj` to
-    a `mizu._arena.Block`, then places `obj`'s bytes within it. This is how
-    an arena-backed array, or any view of one, can cross to another process
-    as a block reference and a position instead of a copy of its bytes.
-
-    Parameters
-    ----------
-    obj : object
-        A numpy array or a view of one, a memoryview, a
-        `pickle.PickleBuffer`, a `mizu._arena.Block`, or any object.
-
-    Returns
-    -------
-    tuple of (mizu._arena.Block, int, int) or None
-        The block, the offset of the lowest byte `obj` spans within the
-        block's data (for a view with negative strides this is not its
-        first element), and the number of bytes from there to one past the
-        highest byte it spans; gaps of a strided view are included. None if
-        `obj` exports no buffer or its memory is not in an arena block.
-    """
-    if isinstance(obj, (np.ndarray, memoryview, Block)):
-        owner = obj
-    else:
-        try:
-            owner = memoryview(obj).obj  # a PickleBuffer's is the object it wraps
-        except TypeError:
-            return None
-    block = _walk_to_block(owner)
-    if block is None:
-        return None
-    arr = _as_ndarray(obj)
-    if arr is None:
-        return None
-    low = high = arr.__array_interface__["data"][0]
-    if arr.size:
-        for n, stride in zip(arr.shape, arr.strides):
-            if stride < 0:
-                low += (n - 1) * stride
-            else:
-                high += (n - 1) * stride
-        high += arr.itemsize
-    offset = low - block.address
-    if offset < 0 or offset + (high - low) > block.nbytes:
-        return None
-    return block, offset, high - low

@@ -55,12 +55,11 @@ pickle.loads raises.
 
 import array
 import os
-import pickle
 import socket
 import struct
 
-from mizu import _arrays
-from mizu._arena import REF_SIZE, open_block
+from mizu._arena import REF_SIZE, arena_block, default_arena, open_block
+from mizu._pickler import dumps as _pickle, loads as _unpickle
 from mizu._wire import decode, encode_plain
 
 CALL, BATCH = 0, 1
@@ -74,18 +73,23 @@ _CONTINUED = struct.Struct("<BH")
 _OOB = struct.Struct("<BHH")
 _BUFFER = struct.Struct(f"<{REF_SIZE}sQQH")
 
-PROTOCOL = 5
 INLINE = 4096
 _MAX_FDS = 250   # descriptors per message (one sendmsg): the kernel takes at most 253
 _NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def _in_band(buffer):
-    """pickle's buffer_callback: true keeps a buffer in the pickle."""
+    """pickle's buffer_callback: true keeps a buffer in the pickle.
+
+    A small buffer stays in the message, unless it lies in an arena block:
+    that one is shared by reference at any size, so that writes to it reach
+    the other side.
+    """
     try:
-        return buffer.raw().nbytes < INLINE
+        raw = buffer.raw()
     except BufferError:   # not contiguous: pickle copies it in band
         return True
+    return raw.nbytes < INLINE and arena_block(raw) is None
 
 
 def dumps(obj, sender=0, channel=None):
@@ -99,9 +103,9 @@ def dumps(obj, sender=0, channel=None):
 def dumps_pickled(obj, sender=0, channel=None):
     """dumps for an obj that encode_plain has refused: its pickle message."""
     if channel is None:
-        return pickle.dumps(obj, PROTOCOL)
+        return _pickle(obj)
     buffers = []
-    data = pickle.dumps(obj, PROTOCOL, buffer_callback=lambda b: _in_band(b) or buffers.append(b))
+    data = _pickle(obj, lambda b: _in_band(b) or buffers.append(b))
     if not buffers:
         return data
     placed = [_place(buffer.raw()) for buffer in buffers]
@@ -112,7 +116,7 @@ def dumps_pickled(obj, sender=0, channel=None):
             slot[key] = len(fds)
             fds.append(block.fd)
     if len(fds) > _MAX_FDS:
-        return pickle.dumps(obj, PROTOCOL)
+        return _pickle(obj)
     # Every buffer has its place: now take the receiver's references.
     refs = [block.share() for block, _, _ in placed]
     try:
@@ -123,7 +127,7 @@ def dumps_pickled(obj, sender=0, channel=None):
         # buffers go inside the message instead, as the stdlib sends them.
         for (block, _, _), ref in zip(placed, refs):
             open_block(ref, block.fd)   # adopted and dropped: the reference is given back
-        return pickle.dumps(obj, PROTOCOL)
+        return _pickle(obj)
     parts = [_OOB.pack(OOB, sender, len(placed))]
     parts.extend(_BUFFER.pack(ref, offset, nbytes, slot[block.arena_id, block.segment_id])
                  for (block, offset, nbytes), ref in zip(placed, refs))
@@ -133,14 +137,14 @@ def dumps_pickled(obj, sender=0, channel=None):
 
 def _place(raw):
     """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
-    found = _arrays.arena_block(raw)
+    found = arena_block(raw)
     if found is not None:
         try:
             memoryview(found[0])
             return found
         except BufferError:   # a block inherited through fork: this process holds no reference to share
             pass
-    block = _arrays.default_arena().alloc(raw.nbytes)
+    block = default_arena().alloc(raw.nbytes)
     memoryview(block)[:raw.nbytes] = raw
     return block, 0, raw.nbytes
 
@@ -224,7 +228,7 @@ def loads(message, channel=None):
     if kind == WIRE:
         return decode(message)
     if kind == PICKLE:
-        return pickle.loads(message)
+        return _unpickle(message)
     if kind != OOB:
         raise ValueError(f"a message of unknown kind 0x{kind:02x}")
     _, _, count = _unpack(_OOB, message, 0, "out-of-band message header")
@@ -239,7 +243,7 @@ def loads(message, channel=None):
     finally:
         for fd in fds:
             os.close(fd)
-    return pickle.loads(memoryview(message)[_OOB.size + count * _BUFFER.size:], buffers=buffers)
+    return _unpickle(memoryview(message)[_OOB.size + count * _BUFFER.size:], buffers=buffers)
 
 
 def _view(block, offset, nbytes):

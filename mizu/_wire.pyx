@@ -9,8 +9,8 @@ the C++ ``Reader``, which checks every byte it reads.
 """
 
 cimport cython
-cimport numpy as cnp
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (PyBUF_RECORDS, PyBUF_RECORDS_RO, PyBUF_SIMPLE, PyBuffer_IsContiguous,
+                            PyBuffer_Release, PyObject_GetBuffer)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches
@@ -27,10 +27,9 @@ from mizu.includes.wire cimport (
     ArrayHeader, FrameHeader, PickleBlob, Reader, Span, Storage, Tag, Writer, kMaxDepth, kMaxDims,
 )
 
-import pickle
 import sys
 
-import numpy
+from mizu._pickler import dumps as _pickle, loads as _loads
 
 __all__ = ["encode", "decode"]
 
@@ -43,21 +42,29 @@ cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
     int PyBUF_READ
 
-cnp.import_array()
-
-cdef object _dumps = pickle.dumps
-cdef object _loads = pickle.loads
-cdef type _ndarray = numpy.ndarray
 cdef char _native_order = ord("<") if sys.byteorder == "little" else ord(">")
 cdef dict _dtypes = {}
 
-# Array types sent as themselves: the fixed-size numbers every worker
-# language can take.
-cdef frozenset _plain_types = frozenset([
-    cnp.NPY_BOOL, cnp.NPY_BYTE, cnp.NPY_UBYTE, cnp.NPY_SHORT, cnp.NPY_USHORT, cnp.NPY_INT, cnp.NPY_UINT,
-    cnp.NPY_LONG, cnp.NPY_ULONG, cnp.NPY_LONGLONG, cnp.NPY_ULONGLONG, cnp.NPY_FLOAT16, cnp.NPY_FLOAT,
-    cnp.NPY_DOUBLE, cnp.NPY_CFLOAT, cnp.NPY_CDOUBLE,
+# Array kinds and itemsizes sent as themselves: the fixed-size numbers every
+# worker language can take.
+cdef frozenset _plain_kinds = frozenset([
+    ("b", 1), ("i", 1), ("i", 2), ("i", 4), ("i", 8), ("u", 1), ("u", 2), ("u", 4), ("u", 8),
+    ("f", 2), ("f", 4), ("f", 8), ("c", 8), ("c", 16),
 ])
+
+# numpy is imported by whoever made an array, never here: a process whose
+# values hold no array does not load it.
+cdef type _ndarray = None
+
+
+cdef inline bint _is_ndarray(type t):
+    global _ndarray
+    if _ndarray is None:
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return False
+        _ndarray = numpy.ndarray
+    return t is _ndarray
 
 
 def encode(obj):
@@ -235,7 +242,7 @@ cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
             return 2
         if len(<dict>obj) <= UINT32_MAX:
             return _put_dict(w, obj, depth, plain)
-    elif t is _ndarray and not plain:
+    elif not plain and _is_ndarray(t):
         if _put_array(w, obj):
             return 0
     if plain:
@@ -300,48 +307,56 @@ cdef int _put_dict(Writer& w, dict obj, int depth, Plain* plain) except -1:
 
 # Writes a plain numeric array and returns True, or returns False for any
 # other array.
-cdef bint _put_array(Writer& w, cnp.ndarray a) except -1:
-    cdef cnp.dtype dtype = a.descr
+cdef bint _put_array(Writer& w, object a) except -1:
+    dtype = a.dtype
     cdef ArrayHeader h
-    cdef int i, k, ndim = cnp.PyArray_NDIM(a)
+    cdef Py_buffer view
+    cdef int i, k, ndim
     cdef int64_t stride
     cdef bint fortran
-    if dtype.type_num not in _plain_types or ndim > kMaxDims:
+    if dtype.fields is not None or (dtype.kind, dtype.itemsize) not in _plain_kinds or a.ndim > kMaxDims:
         return False
-    fortran = cnp.PyArray_IS_F_CONTIGUOUS(a) and not cnp.PyArray_IS_C_CONTIGUOUS(a)
-    if not fortran and not cnp.PyArray_IS_C_CONTIGUOUS(a):
-        a = cnp.PyArray_NewCopy(a, cnp.NPY_CORDER)
-    h.itemsize = <uint32_t>dtype.itemsize
-    if h.itemsize == 1:
-        h.typestr[0] = ord("|")
-    elif dtype.byteorder == ord("="):
-        h.typestr[0] = _native_order
-    else:
-        h.typestr[0] = dtype.byteorder
-    h.typestr[1] = dtype.kind
-    if h.itemsize < 10:
-        h.typestr[2] = ord("0") + h.itemsize
-        h.typestr[3] = 0
-    else:
-        h.typestr[2] = ord("1")
-        h.typestr[3] = ord("0") + h.itemsize - 10
-        h.typestr[4] = 0
-    h.ndim = ndim
-    stride = h.itemsize
-    for i in range(ndim):
-        k = i if fortran else ndim - 1 - i
-        h.shape[k] = cnp.PyArray_DIM(a, k)
-        h.strides[k] = stride
-        stride *= h.shape[k]
-    h.storage = Storage.inline_data
-    h.data.data = <const char*>cnp.PyArray_DATA(a)
-    h.data.size = cnp.PyArray_NBYTES(a)
-    w.put_array(h)
+    PyObject_GetBuffer(a, &view, PyBUF_RECORDS_RO)
+    try:
+        fortran = PyBuffer_IsContiguous(&view, b"F") and not PyBuffer_IsContiguous(&view, b"C")
+        if not fortran and not PyBuffer_IsContiguous(&view, b"C"):
+            PyBuffer_Release(&view)
+            a = a.copy(order="C")
+            PyObject_GetBuffer(a, &view, PyBUF_RECORDS_RO)
+        ndim = view.ndim
+        h.itemsize = <uint32_t>dtype.itemsize
+        if h.itemsize == 1:
+            h.typestr[0] = ord("|")
+        elif dtype.byteorder == "=":
+            h.typestr[0] = _native_order
+        else:
+            h.typestr[0] = ord(dtype.byteorder)
+        h.typestr[1] = ord(dtype.kind)
+        if h.itemsize < 10:
+            h.typestr[2] = ord("0") + h.itemsize
+            h.typestr[3] = 0
+        else:
+            h.typestr[2] = ord("1")
+            h.typestr[3] = ord("0") + h.itemsize - 10
+            h.typestr[4] = 0
+        h.ndim = ndim
+        stride = h.itemsize
+        for i in range(ndim):
+            k = i if fortran else ndim - 1 - i
+            h.shape[k] = view.shape[k]
+            h.strides[k] = stride
+            stride *= h.shape[k]
+        h.storage = Storage.inline_data
+        h.data.data = <const char*>view.buf
+        h.data.size = view.len
+        w.put_array(h)
+    finally:
+        PyBuffer_Release(&view)
     return True
 
 
 cdef int _put_pickle(Writer& w, object obj) except -1:
-    cdef bytes data = _dumps(obj, 5)
+    cdef bytes data = _pickle(obj)
     w.put_pickle(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
     return 0
 
@@ -429,6 +444,7 @@ cdef object _sequence(Reader& r, bint is_tuple):
 cdef object _array(Reader& r):
     cdef size_t at = r.offset() - 1
     cdef ArrayHeader h
+    cdef Py_buffer view
     cdef uint32_t k
     cdef int64_t stride
     cdef bint c_order = True, f_order = True
@@ -436,6 +452,7 @@ cdef object _array(Reader& r):
     if h.storage != Storage.inline_data:
         raise ValueError(f"wire message at byte {at}: an array in the arena, and this decoder has no arena")
     typestr = h.typestr.decode("ascii")
+    import numpy
     dtype = _dtypes.get(typestr)
     if dtype is None:
         dtype = _dtypes[typestr] = numpy.dtype(typestr)
@@ -451,7 +468,9 @@ cdef object _array(Reader& r):
     try:
         if c_order or f_order or h.data.size == 0:
             out = numpy.empty(shape, dtype, order="C" if c_order else "F")
-            memcpy(cnp.PyArray_DATA(out), h.data.data, h.data.size)
+            PyObject_GetBuffer(out, &view, PyBUF_RECORDS)
+            memcpy(view.buf, h.data.data, h.data.size)
+            PyBuffer_Release(&view)
         else:
             inline = PyBytes_FromStringAndSize(h.data.data, <Py_ssize_t>h.data.size)
             strides = tuple([h.strides[k] for k in range(h.ndim)])

@@ -132,6 +132,13 @@ def echo_value(value):
     return value
 
 
+def loaded(module):
+    """Whether this process has imported module."""
+    import sys
+
+    return module in sys.modules
+
+
 def unpicklable_result():
     return lambda: None
 
@@ -390,6 +397,11 @@ def arena_alloc_in_fork(arena, report):
 def fill_slice(arr, start, stop, value):
     """Write value into arr[start:stop] of an array inherited through fork."""
     arr[start:stop] = value
+
+
+def fill(arr, value):
+    """Write value into every element of arr."""
+    arr[...] = value
 
 
 def arrays_in_child(parent_arena_id, report):

@@ -440,6 +440,25 @@ with cls(1, mp_context=multiprocessing.get_context("spawn")) as ex:
     assert "while running" not in chain[0], chain[0]
 
 
+def test_numpy_loads_only_where_an_array_is_used(start_method):
+    """`import mizu` does not import numpy, nor does a worker whose tasks use no array; one that gets an array does."""
+    code = f"""
+import multiprocessing, sys
+import children, mizu
+assert "numpy" not in sys.modules, "import mizu imported numpy"
+with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_method!r})) as ex:
+    assert list(ex.map(children.double, range(100), chunksize=7)) == list(range(0, 200, 2))
+    print(ex.submit(children.loaded, "numpy").result(timeout=60), "numpy" in sys.modules)
+    import numpy
+    ex.submit(children.echo_value, numpy.arange(3)).result(timeout=60)
+    print(ex.submit(children.loaded, "numpy").result(timeout=60))
+"""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True"]
+
+
 def test_a_pool_whose_thread_cannot_start_leaves_no_process(monkeypatch):
     import threading
 

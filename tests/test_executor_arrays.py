@@ -6,6 +6,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import children
 import mizu
@@ -81,6 +83,47 @@ def test_a_view_of_a_shared_array_is_shared_too(start_method):
     assert out[10:20].all() and out.sum() == 10 * 1000
 
 
+def test_writes_to_small_shared_arrays_reach_the_caller():
+    """An arena array travels by reference at every size, a single byte too."""
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as ex:
+        @settings(max_examples=60)
+        @given(nbytes=st.integers(1, 4095), dtype=st.sampled_from(["u1", "<i2", "<f4", "<f8", "<c16"]))
+        def check(nbytes, dtype):
+            out = mizu.zeros(max(1, nbytes // np.dtype(dtype).itemsize), dtype)
+            ex.submit(children.fill, out, 1).result(timeout=60)
+            assert (out == 1).all()
+
+        check()
+
+
+_VIEWS = {
+    "rows": lambda a: a[10:20],
+    "one row": lambda a: a[5],
+    "many rows": lambda a: a[100:200],
+    "one column": lambda a: a[:, 3],
+    "strided block": lambda a: a[::7, 1:3],
+    "reversed column": lambda a: a[::-1, 2],
+    "transposed": lambda a: a.T,
+    "one element": lambda a: a[3, 4:5],
+}
+
+
+@pytest.mark.parametrize("view", list(_VIEWS))
+def test_writes_to_every_view_of_a_shared_array_reach_the_caller(start_method, view):
+    """Contiguous or not, a view of an arena array reaches the worker as a view of the same memory."""
+    out = mizu.zeros((1000, 8))
+    part = _VIEWS[view](out)
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
+        ex.submit(children.fill, part, 1.0).result(timeout=60)
+        assert part.all() and out.sum() == part.size
+        assert ex.submit(children.describe, part).result(timeout=60)[1:3] == (part.dtype.str, part.shape)
+        readonly = _VIEWS[view](out)
+        readonly.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            ex.submit(children.fill, readonly, 2.0).result(timeout=60)
+    assert out.sum() == part.size
+
+
 def test_results_outlive_the_pool(start_method):
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
         results = [ex.submit(children.arange, 200_000 + i) for i in range(4)]
@@ -105,10 +148,8 @@ def test_shared_memory_returns_when_the_arrays_are_dropped():
 
 
 def test_an_exhausted_arena_fails_the_task_not_the_pool(monkeypatch):
-    import mizu._arrays
-
     small = mizu._arena.Arena(segment_size=1 << 20, limit=4 << 20)
-    monkeypatch.setattr(mizu._arrays, "default_arena", lambda: small)
+    monkeypatch.setattr(mizu._arena, "_default", small)
     with mizu.ProcessPoolExecutor(1) as ex:
         with pytest.raises(MemoryError, match="MIZU_ARENA_LIMIT"):
             ex.submit(children.describe, np.zeros(8 << 20, dtype=np.uint8)).result(timeout=60)

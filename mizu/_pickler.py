@@ -1,0 +1,113 @@
+"""Every pickle that mizu makes goes through `dumps` here.
+
+Protocol 5, as the stdlib's pool uses, with one addition: a numpy array
+whose data lies in an arena block but is neither C- nor Fortran-contiguous
+(a column of a C-ordered matrix, a strided slice) pickles as a view of the
+bytes it spans, so it too crosses to another process by reference and a
+worker's writes reach the caller. numpy itself pickles such an array as a
+copy of its items.
+
+Each thread reuses one pickler and its buffer, which saves building them for
+every message.
+"""
+
+import copyreg
+import io
+import pickle
+import sys
+import threading
+
+PROTOCOL = 5
+
+_BIG = 1 << 20   # a buffer grown past this by one message is not kept for the next
+
+
+def _view(buffer, dtype, shape, strides, offset):
+    """The array an arena-backed strided view pickles to: a view of `buffer`, the bytes it spans."""
+    import numpy
+    return numpy.ndarray(shape, dtype, buffer=buffer, offset=offset, strides=strides)
+
+
+def _reduce_ndarray(array):
+    flags = array.flags
+    if not (flags.c_contiguous or flags.f_contiguous):
+        from mizu._arena import arena_block
+        found = arena_block(array)
+        if found is not None:
+            block, low, nbytes = found
+            span = memoryview(block)[low:low + nbytes]
+            if not flags.writeable:
+                span = span.toreadonly()
+            first = array.__array_interface__["data"][0] - block.address - low
+            return _view, (pickle.PickleBuffer(span), array.dtype, array.shape, array.strides, first)
+    return array.__reduce_ex__(PROTOCOL)
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, dispatch):
+        # Read by pickle.Pickler.__init__, so it must be set first.
+        self.dispatch_table = dispatch
+        self.buffer_callback = None
+        self.busy = False
+        super().__init__(file, PROTOCOL, buffer_callback=self._out_of_band)
+
+    def _out_of_band(self, buffer):
+        return True if self.buffer_callback is None else self.buffer_callback(buffer)
+
+
+_local = threading.local()
+
+
+def _dispatch_key():
+    # The table copies copyreg's; it is made again when that changes, or
+    # when numpy (and so the array reducer) appears.
+    return "numpy" in sys.modules, len(copyreg.dispatch_table)
+
+
+def _new_pickler(key):
+    dispatch = dict(copyreg.dispatch_table)
+    if key[0]:
+        dispatch[sys.modules["numpy"].ndarray] = _reduce_ndarray
+    file = io.BytesIO()
+    return _Pickler(file, dispatch), file, key
+
+
+def dumps(obj, buffer_callback=None):
+    """dumps(obj, buffer_callback=None)
+
+    `pickle.dumps(obj, 5, buffer_callback=buffer_callback)`, with arena-backed
+    strided arrays pickled as views (see the module's docstring).
+
+    Raises
+    ------
+    Exception
+        Whatever pickling `obj` raises.
+    """
+    key = _dispatch_key()
+    cached = getattr(_local, "pickler", None)
+    if cached is None or cached[2] != key:
+        cached = _local.pickler = _new_pickler(key)
+    pickler, file, _ = cached
+    if pickler.busy:
+        # Pickling obj pickles something else in this thread (a __reduce__
+        # that submits a task): that one gets a pickler of its own.
+        cached = _new_pickler(key)
+        pickler, file, _ = cached
+    pickler.busy = True
+    pickler.buffer_callback = buffer_callback
+    try:
+        pickler.dump(obj)
+        return file.getvalue()
+    finally:
+        pickler.clear_memo()
+        pickler.buffer_callback = None
+        pickler.busy = False
+        if file.tell() > _BIG:
+            if _local.pickler is cached:
+                _local.pickler = None
+        else:
+            file.seek(0)
+            file.truncate()
+
+
+loads = pickle.loads
