@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <ctime>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace mizu {
 
@@ -15,6 +18,16 @@ inline int64_t now_ns() noexcept {
 }
 
 constexpr int64_t kForever = INT64_MAX;
+
+// The CPU this thread runs on, or -1 where that cannot be known cheaply.
+// glibc answers from the thread's rseq area, without a system call.
+inline int current_cpu() noexcept {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
 
 // Tells the core this is a spin-wait loop: it frees the sibling hyper-thread
 // and avoids the memory-order mis-speculation penalty on loop exit.

@@ -14,6 +14,8 @@
 
 namespace mizu {
 
+std::atomic<int64_t> contended_until_ns{0};
+
 namespace {
 
 // A process that died holding the mutex leaves it EOWNERDEAD; the state it
@@ -59,6 +61,7 @@ AddressWait portable_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noex
 void event_init(EventWord& ev, WaitBackend backend) {
     ev.epoch.store(0, std::memory_order_relaxed);
     ev.sleepers.store(0, std::memory_order_relaxed);
+    ev.notifier_cpu.store(-1, std::memory_order_relaxed);
     ev.backend = uint32_t(backend);
     if (backend == WaitBackend::native) return;
     if (backend != WaitBackend::portable) throw std::invalid_argument("unknown waiter backend");

@@ -27,6 +27,9 @@ enum class WaitBackend : uint32_t {
 struct alignas(kFalseSharingRange) EventWord {
     std::atomic<uint32_t> epoch;
     std::atomic<uint32_t> sleepers;
+    // The CPU the last notifier ran on, -1 if unknown: a waiter on that CPU
+    // sleeps at once, as its spin would only keep the peer off the CPU.
+    std::atomic<int32_t> notifier_cpu;
     uint32_t backend;
     pthread_mutex_t mutex;  // portable backend only
     pthread_cond_t cond;    // portable backend only
@@ -139,6 +142,9 @@ inline uint32_t prepare_wait(EventWord& ev) noexcept {
 inline void finish_wait(EventWord& ev) noexcept { ev.sleepers.fetch_sub(1, std::memory_order_relaxed); }
 
 inline void notify(EventWord& ev, bool all) {
+    // relaxed: a hint for the waiter's choice to spin, ordering nothing. On
+    // the line the next instruction writes anyway.
+    ev.notifier_cpu.store(current_cpu(), std::memory_order_relaxed);
     // The producer's half of the handshake in prepare_wait(). While nobody
     // sleeps this line stays in the producer's cache, so the cost is one
     // uncontended locked instruction and no syscall.
@@ -147,11 +153,24 @@ inline void notify(EventWord& ev, bool all) {
     event_wake(ev, all);
 }
 
+// A spin that the scheduler interrupts is worse than a sleep: the spinner
+// loses its CPU for a whole time slice, and notices the peer's message only
+// when it gets it back, where a sleeper would have been woken at once. So
+// once a spin of this process sees such a gap in its clock (another task
+// wants the CPU), its waits sleep without spinning for a while. A slice is
+// 0.75 ms or more; an idle VM's own hiccups stay under the threshold.
+constexpr int64_t kPreemptedGapNs = 500000;
+constexpr int64_t kContendedNs = 100000000;
+
+// The end of the current no-spin period, on the now_ns() clock.
+extern std::atomic<int64_t> contended_until_ns;
+
 template <class Ready>
 bool Waiter::spin(Ready& ready, int64_t start, int64_t deadline) {
     if (budget_ns_ <= 0 || start >= deadline || (gate_ && !gate_->try_enter())) return false;
     bool won = false;
     int64_t end = deadline - start > budget_ns_ ? start + budget_ns_ : deadline;
+    int64_t last = start, now;
     do {
         for (int i = 0; i < 32 && !won; ++i) {
             if (ready())
@@ -159,7 +178,14 @@ bool Waiter::spin(Ready& ready, int64_t start, int64_t deadline) {
             else
                 cpu_relax();
         }
-    } while (!won && now_ns() < end);
+        now = now_ns();
+        if (now - last > kPreemptedGapNs) {
+            // relaxed: a hint for this process's later spins, ordering nothing.
+            contended_until_ns.store(now + kContendedNs, std::memory_order_relaxed);
+            break;
+        }
+        last = now;
+    } while (!won && now < end);
     if (gate_) gate_->leave();
     return won;
 }
@@ -177,7 +203,13 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
         }
     }
     int64_t start = now_ns();
-    if (opt.spin && spin(ready, start, opt.deadline_ns)) {
+    // A peer that last ran on this CPU is likely queued behind this thread
+    // there (the scheduler put both on one CPU): it runs only once this
+    // thread sleeps.
+    int cpu = ev.notifier_cpu.load(std::memory_order_relaxed);
+    bool spins = opt.spin && (cpu < 0 || cpu != current_cpu()) &&
+                 start >= contended_until_ns.load(std::memory_order_relaxed);
+    if (spins && spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);
         return WaitStatus::ready;
@@ -211,7 +243,7 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
         if (opt.peer && !opt.peer->alive()) return ready() ? WaitStatus::ready : WaitStatus::peer_died;
         if (opt.hook.fn && !opt.hook.fn(opt.hook.ctx)) return WaitStatus::stopped;
     }
-    if (opt.spin) adapt(now_ns() - start, true);
+    if (spins) adapt(now_ns() - start, true);
     return WaitStatus::ready;
 }
 

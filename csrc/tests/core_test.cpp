@@ -189,30 +189,80 @@ void out_of_order_publication(WaitBackend backend) {
     CHECK(late.load() == 0);
 }
 
+// The producer pushes a message `delay` after `after()`; returns the
+// waiter's stats for the wait, with spin or not.
+template <class Before>
+WaitStats wait_for_late_message(SpscRing& ring, Before after, bool spin = true,
+                                std::chrono::milliseconds delay = std::chrono::milliseconds(20)) {
+    Waiter w;
+    w.set_spin_limit_ns(2000000000);
+    w.set_slice_ns(60LL * 1000000000);
+    std::thread producer([&] {
+        std::this_thread::sleep_for(delay);
+        Reservation res;
+        CHECK(ring.begin_push(4, res));
+        ring.end_push(res);
+    });
+    after();
+    WaitOptions opt;
+    opt.spin = spin;
+    Reservation res;
+    CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
+    ring.end_pop(res);
+    producer.join();
+    return w.stats();
+}
+
+// A wait that spins through a short delay, tried again if the scheduler
+// interrupted the spin (a busy machine): its wait then sleeps by design.
+bool spins_through(SpscRing& ring) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        ring.layout()->readable.notifier_cpu.store(-1);
+        WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, true,
+                                             std::chrono::milliseconds(2));
+        if (st.spin_wins == 1 && st.sleeps == 0) return true;
+    }
+    return false;
+}
+
 // A waiter told not to spin sleeps at once however long its spin budget;
 // told nothing, the same wait ends while spinning.
 void waits_without_spinning(WaitBackend backend) {
-    for (bool spin : {false, true}) {
-        Fixture f(4, 16, RingKind::spsc, backend);
-        SpscRing ring = f.ring<SpscRing>();
-        Waiter w;
-        w.set_spin_limit_ns(2000000000);
-        w.set_slice_ns(60LL * 1000000000);
-        std::thread producer([&] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            Reservation res;
-            CHECK(ring.begin_push(4, res));
-            ring.end_push(res);
-        });
-        WaitOptions opt;
-        opt.spin = spin;
+    Fixture f(4, 16, RingKind::spsc, backend);
+    SpscRing ring = f.ring<SpscRing>();
+    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, false);
+    CHECK(st.sleeps >= 1 && st.spin_wins == 0);
+    CHECK(spins_through(ring));
+}
+
+// A waiter sleeps at once, whatever its budget, when its peer last ran on
+// its own CPU, and for a while after a spin of its process was preempted.
+void waits_give_way(WaitBackend backend) {
+    Fixture f(4, 16, RingKind::spsc, backend);
+    SpscRing ring = f.ring<SpscRing>();
+    std::thread peer([&] {
+        pin_to_cpu(0);
         Reservation res;
-        CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
-        ring.end_pop(res);
-        producer.join();
-        const WaitStats& st = w.stats();
-        CHECK(spin ? st.sleeps == 0 && st.spin_wins == 1 : st.sleeps >= 1 && st.spin_wins == 0);
-    }
+        CHECK(ring.begin_push(4, res));
+        ring.end_push(res);   // notes CPU 0 as the notifier's
+    });
+    peer.join();
+    Reservation res;
+    CHECK(ring.begin_pop(res));
+    ring.end_pop(res);
+    std::thread same_cpu([&] {
+        pin_to_cpu(0);
+        contended_until_ns.store(0);
+        // The late producer runs elsewhere, but the wait decides by the last notifier.
+        WaitStats st = wait_for_late_message(ring, [] {});
+        CHECK(st.spin_wins == 0 && st.sleeps >= 1);
+    });
+    same_cpu.join();
+    // Now the notifier's CPU is the late producer's, whichever: forget it.
+    ring.layout()->readable.notifier_cpu.store(-1);
+    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(now_ns() + kContendedNs); });
+    CHECK(st.spin_wins == 0 && st.sleeps >= 1);
+    CHECK(spins_through(ring));
 }
 
 void timeouts_and_close(WaitBackend backend) {
@@ -874,6 +924,7 @@ int main() {
         out_of_order_publication(backend);
         timeouts_and_close(backend);
         waits_without_spinning(backend);
+        waits_give_way(backend);
     }
     StressResult r = stress_mpmc(2, 2, 20000, 64, 64, WaitBackend::native);
     CHECK(r.received == 40000 && r.duplicates == 0 && r.corrupt == 0 && r.missing == 0 && r.failed_children == 0);
