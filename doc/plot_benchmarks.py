@@ -12,6 +12,7 @@ size. After a new run of either script with --json, redraw both with:
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +31,7 @@ SVG_METADATA = {"Date": None, "Creator": None}
 def subtitle(metadata):
     run = (f"{metadata['date']}, Python {metadata['python']}, {metadata['machine']}, {metadata['cpus']} CPUs, "
            f"median of {metadata['repeats']} runs")
-    return f"{run}\n{metadata['note']}" if metadata["note"] else run
+    return f"{run}\n{textwrap.fill(metadata['note'], 100)}" if metadata["note"] else run
 
 
 def speedups(record, out):
@@ -49,7 +50,7 @@ def speedups(record, out):
     ax.set_xscale("log")
     ax.set_xlim(1, ax.get_xlim()[1] * 3)
     ax.set_xlabel("mizu's speed-up (the peer's median time / mizu's), log scale")
-    ax.set_title(f"mizu.ProcessPoolExecutor vs the stdlib pools\n{subtitle(record['metadata'])}", fontsize=9)
+    fig.suptitle(f"mizu.ProcessPoolExecutor vs the stdlib pools\n{subtitle(record['metadata'])}", fontsize=9)
     ax.legend(loc="lower right")
     fig.savefig(out, metadata=SVG_METADATA)
     plt.close(fig)
@@ -68,7 +69,7 @@ def array_round_trips(record, out):
     ax.minorticks_off()
     ax.set_xlabel("float64 array, argument and result of the same size")
     ax.set_ylabel(f"round trip to one worker ({record['unit']}), log scale")
-    ax.set_title(f"numpy arrays to a worker and back\n{subtitle(record['metadata'])}", fontsize=9)
+    fig.suptitle(f"numpy arrays to a worker and back\n{subtitle(record['metadata'])}", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     fig.savefig(out, metadata=SVG_METADATA)
