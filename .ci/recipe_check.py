@@ -31,7 +31,6 @@ from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +76,12 @@ def pip_requirement(spec, pins=PINS):
     return f"{name}=={pins[name]}.*" if name in pins else name
 
 
+def recipe_tests(recipe):
+    """The recipe's python test (imports, pip check) and its script test."""
+    tests = recipe["tests"]
+    return next(t["python"] for t in tests if "python" in t), next(t for t in tests if "script" in t)
+
+
 def check_against_pyproject(raw, variants):
     recipe = variants["linux-64"][0]["recipe"]
     host = recipe["requirements"]["host"]
@@ -92,11 +97,11 @@ def check_against_pyproject(raw, variants):
                 fail(f"host pins {spec}: conda-forge leaves {name} to the global pinning")
             if not requirement.specifier.contains(f"{PINS[name]}.0"):
                 fail(f"the global pinning's {name} {PINS[name]} does not meet pyproject.toml's {requirement}")
-        elif SpecifierSet(spec[len(name):].replace(" ", "")) != requirement.specifier:
+        elif Requirement(pip_requirement(spec, {})).specifier != requirement.specifier:
             fail(f"host has {spec} where pyproject.toml requires {requirement}")
     for section, wanted in (("run", PYPROJECT["project"]["dependencies"]),
                             ("tests", PYPROJECT["project"]["optional-dependencies"]["test"])):
-        specs = run if section == "run" else recipe["tests"][1]["requirements"]["run"]
+        specs = run if section == "run" else recipe_tests(recipe)[1]["requirements"]["run"]
         have = {Requirement(pip_requirement(s, {})) for s in specs if spec_name(s) != "python"}
         if have != set(map(Requirement, wanted)):
             fail(f"the recipe's {section} requirements {sorted(map(str, have))} differ from pyproject.toml's "
@@ -231,26 +236,26 @@ def replay(sdist, work, variant):
     print(f"package: {len(added)} files", flush=True)
 
     run = [pip_requirement(s, {}) for s in recipe["requirements"]["run"] if spec_name(s) != "python"]
-    tests = recipe["tests"]
-    pip_install(test_prefix, run + [pip_requirement(s, {}) for s in tests[1]["requirements"]["run"]])
+    python_test, script_test = recipe_tests(recipe)
+    pip_install(test_prefix, run + [pip_requirement(s, {}) for s in script_test["requirements"]["run"]])
     test_env = dict(os.environ, PATH=f"{test_prefix / 'bin'}{os.pathsep}{os.environ['PATH']}")
     test_env.pop("VIRTUAL_ENV", None)
     python = test_prefix / "bin" / "python"
-    for module in tests[0]["python"]["imports"]:
+    for module in python_test["imports"]:
         print(f"+ python -c 'import {module}'", flush=True)
         subprocess.run([python, "-c", f"import {module}"], cwd=work, env=test_env, check=True)
-    if tests[0]["python"].get("pip_check", True):
+    if python_test.get("pip_check", True):
         print("+ pip check", flush=True)
         subprocess.run([python, "-m", "pip", "check"], cwd=work, env=test_env, check=True)
     test_dir = work / "test-files"
     test_dir.mkdir()
-    for name in tests[1]["files"]["source"]:
+    for name in script_test["files"]["source"]:
         source = src / name
         if source.is_dir():
             shutil.copytree(source, test_dir / name)
         else:
             shutil.copy2(source, test_dir / name)
-    script = tests[1]["script"]
+    script = script_test["script"]
     print(f"+ {script}", flush=True)
     subprocess.run(["bash", "-e", "-c", script], cwd=test_dir, env=test_env, check=True)
 
