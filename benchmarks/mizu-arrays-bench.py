@@ -9,9 +9,11 @@ concurrent.futures.ProcessPoolExecutor and joblib's default loky backend
 speed-up over each. Then the memory that passing one 1 GB
 `mizu.empty` array to 4 workers adds to all the processes together
 (private memory plus the machine's shared memory and page tables,
-sampled while the workers read it).
+sampled while the workers read it). While it runs, it names on stderr each
+pool and size as it measures them; --json also writes the rows, with every
+sample, to a file.
 
-Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick]
+Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
 
 import argparse
@@ -25,6 +27,7 @@ import time
 import numpy as np
 
 import mizu
+import record
 
 
 def echo(a):
@@ -80,12 +83,21 @@ def kinds():
     ]
 
 
+def progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def size_label(size):
+    return f"{size >> 30} GB" if size >= 1 << 30 else f"{size >> 20} MB"
+
+
 def round_trips(sizes, repeats):
     samples = {}
     for name, make, allocate in kinds():
         with make() as pool:
             pool.round_trip(echo, allocate(1000))
             for size in sizes:
+                progress(f"{name}: {size_label(size)}")
                 a = allocate(size // 8)
                 a[:] = 1.0
                 for _ in range(repeats if size < 1 << 30 else max(1, repeats // 2)):
@@ -167,29 +179,39 @@ def memory_for_four_workers(nbytes):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs of each row (default 5; 1 GB rows half)")
     parser.add_argument("--quick", action="store_true", help="1 MB and 10 MB only, for a smoke test")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
+    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
     args = parser.parse_args(argv)
     sizes = [1 << 20, 10 << 20] if args.quick else [1 << 20, 100 << 20, 1 << 30]
     samples = round_trips(sizes, args.repeats)
+    nbytes = sizes[-1]
+    progress(f"memory: one {nbytes >> 20} MB mizu.empty array read by 4 workers")
+    added = memory_for_four_workers(nbytes)
     names = [k[0] for k in kinds()]
     print(f"numpy float64 round trips (argument and result of the same size), {time.strftime('%Y-%m-%d')}, "
           f"{os.cpu_count()} CPUs, medians of {args.repeats} runs (ms); speed-up of 'mizu, mizu.empty' over each")
     print(f"{'size':<8}" + "".join(f"{n:>20}" for n in names) + "".join(f"{'x vs ' + n:>24}" for n in names[1:]))
     for size in sizes:
         med = {n: statistics.median(samples[(n, size)]) for n in names}
-        label = f"{size >> 30} GB" if size >= 1 << 30 else f"{size >> 20} MB"
-        print(f"{label:<8}" + "".join(f"{med[n] * 1e3:>20.2f}" for n in names)
+        print(f"{size_label(size):<8}" + "".join(f"{med[n] * 1e3:>20.2f}" for n in names)
               + "".join(f"{med[n] / med[names[0]]:>23.1f}x" for n in names[1:]))
     for size in sizes:
         plain = statistics.median(samples[("mizu, plain array", size)])
         stdlib = statistics.median(samples[("ProcessPool", size)])
         print(f"mizu with a plain array vs ProcessPool at {size >> 20} MB: {stdlib / plain:.1f}x")
-    nbytes = sizes[-1]
-    added = memory_for_four_workers(nbytes)
     print(f"passing one {nbytes >> 20} MB mizu.empty array to 4 workers added {added / 2**20:.1f} MB "
           f"to the processes' total at its peak")
+    if args.json:
+        record.write(args.json, "mizu-arrays-bench", argv, args, pools=names, unit="ms", rows=[
+            {"size": size_label(size), "bytes": size,
+             "median": {n: statistics.median(samples[(n, size)]) * 1e3 for n in names},
+             "samples": {n: [t * 1e3 for t in samples[(n, size)]] for n in names}}
+            for size in sizes
+        ], shared_array_bytes=nbytes, memory_added_by_four_workers_bytes=added)
     return 0
 
 

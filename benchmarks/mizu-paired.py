@@ -28,7 +28,7 @@ def main(argv=None):
     parser.add_argument("--pairs", type=int, default=100, help="pairs of measurements (default 100)")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    children = {name: subprocess.Popen([python, "-P", BENCH, "--serve", str(args.workers)], stdin=subprocess.PIPE,
+    children = {name: subprocess.Popen([python, BENCH, "--serve", str(args.workers)], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
                 for name, python in (("A", args.python_a), ("B", args.python_b))}
 

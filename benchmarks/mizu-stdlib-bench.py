@@ -4,8 +4,10 @@ The rows of DESIGN's table, measured for mizu, concurrent.futures'
 ProcessPoolExecutor and ThreadPoolExecutor (and InterpreterPoolExecutor
 where the Python has it), in turn, several times over; medians and mizu's
 speed-up over each are printed. Pool start-up is outside every timed region.
+While it runs, it names on stderr each row and pool as it measures them;
+--json also writes the table, with every sample, to a file.
 
-Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick]
+Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
 
 import argparse
@@ -17,6 +19,7 @@ import sys
 import time
 
 import mizu
+import record
 
 
 def trivial(x):
@@ -109,25 +112,33 @@ def serve(workers):
     return 0
 
 
+def progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs of each row and pool (default 5)")
     parser.add_argument("--quick", action="store_true", help="fewer tasks, for a smoke test")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
+    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
     parser.add_argument("--serve", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.serve)
     scale = 10 if args.quick else 1
     rows = [
-        ("trivial round trip, 1 worker (us/task)", 1, round_trip, 20_000 // scale, 1e6),
-        ("pipelined throughput, 1 worker (us/task)", 1, pipelined, 50_000 // scale, 1e6),
-        ("map overhead, trivial fn, 4 workers (us/elt)", 4, map_overhead, 50_000 // scale, 1e6),
-        ("map of 2,000 ~5 us tasks, 4 workers (ms)", 4, map_work, 2_000, 1e3),
+        ("trivial round trip, 1 worker", "us/task", 1, round_trip, 20_000 // scale, 1e6),
+        ("pipelined throughput, 1 worker", "us/task", 1, pipelined, 50_000 // scale, 1e6),
+        ("map overhead, trivial fn, 4 workers", "us/elt", 4, map_overhead, 50_000 // scale, 1e6),
+        ("map of 2,000 ~5 us tasks, 4 workers", "ms", 4, map_work, 2_000, 1e3),
     ]
     kinds = pools()
     samples = {(row[0], name): [] for row in rows for name, _ in kinds}
     for name, make in kinds:
-        for title, workers, run, n, _ in rows:
+        for title, _, workers, run, n, _ in rows:
+            progress(f"{name}: {title}")
             with make(workers) as pool:
                 for _ in range(max(1, workers)):
                     list(pool.map(trivial, range(workers * 4)))
@@ -135,23 +146,33 @@ def main(argv=None):
                 count = n if not slow or run is map_work else max(200, n // 20)
                 for _ in range(args.repeats):
                     samples[(title, name)].append(run(pool, count))
+    ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
+    idle = {}
+    seconds = 2 if args.quick else 10
+    if os.path.exists("/proc/self/stat"):
+        for name, make in kinds[:2]:
+            progress(f"{name}: idle pool, 4 workers, {seconds} s")
+            idle[name] = idle_share(make, seconds)
 
     print(f"pymizu vs the stdlib pools, {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
           f"{platform.machine()}, {os.cpu_count()} CPUs, median of {args.repeats} runs")
     names = [name for name, _ in kinds]
     print(f"{'row':<46}" + "".join(f"{n:>16}" for n in names) + "".join(f"{'x vs ' + n:>20}" for n in names[1:]))
-    for title, _, _, _, unit in rows:
+    for title, unit, _, _, _, scale in rows:
         med = {n: statistics.median(samples[(title, n)]) for n in names}
-        cells = "".join(f"{med[n] * unit:>16.3f}" for n in names)
+        cells = "".join(f"{med[n] * scale:>16.3f}" for n in names)
         ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
-        print(f"{title:<46}{cells}{ratios}")
-    ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
+        print(f"{title + ' (' + unit + ')':<46}{cells}{ratios}")
     print(f"ideal for the last row (total work / cores): {ideal * 1e3:.3f} ms")
-    if os.path.exists("/proc/self/stat"):
-        seconds = 2 if args.quick else 10
-        for name, make in kinds[:2]:
-            print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses "
-                  f"{100 * idle_share(make, seconds):.2f}% of a core")
+    for name, share in idle.items():
+        print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses {100 * share:.2f}% of a core")
+    if args.json:
+        record.write(args.json, "mizu-stdlib-bench", argv, args, pools=names, rows=[
+            {"row": title, "unit": unit, "workers": workers,
+             "median": {n: statistics.median(samples[(title, n)]) * scale for n in names},
+             "samples": {n: [t * scale for t in samples[(title, n)]] for n in names}}
+            for title, unit, workers, _, _, scale in rows
+        ], ideal_ms=ideal * 1e3, idle_core_share=idle)
     return 0
 
 
