@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "altrep.hpp"
+#include "evaluate.hpp"
 #include "unwind.hpp"
 #include "values.hpp"
 
@@ -211,6 +212,34 @@ SEXP mizu_arena_stats() {
     });
 }
 
+SEXP mizu_eval_safely(SEXP call, SEXP env) {
+    if (TYPEOF(env) != ENVSXP) Rf_error("env must be an environment");
+    return eval_safely(call, env);
+}
+
+SEXP mizu_record_error(SEXP condition, SEXP calls) {
+    record_error(condition, calls);
+    return R_NilValue;
+}
+
+SEXP mizu_record_warning(SEXP condition) {
+    record_warning(condition);
+    return R_NilValue;
+}
+
+SEXP mizu_register_function(SEXP text) {
+    if (TYPEOF(text) != STRSXP || XLENGTH(text) != 1 || STRING_ELT(text, 0) == NA_STRING)
+        Rf_error("the R source of a function must be one string");
+    return register_function(text);
+}
+
+SEXP mizu_call_function(SEXP id, SEXP args, SEXP kwargs) {
+    if (TYPEOF(args) != VECSXP || (kwargs != R_NilValue && TYPEOF(kwargs) != VECSXP))
+        Rf_error("args must be a list, and kwargs a named list or NULL");
+    int function_id = Rf_asInteger(id);
+    return entry([&] { return call_function(function_id, args, kwargs); });
+}
+
 static const R_CallMethodDef routines[] = {
     {"decode", routine(mizu_decode), 3},
     {"encode", routine(mizu_encode), 2},
@@ -218,6 +247,11 @@ static const R_CallMethodDef routines[] = {
     {"view_info", routine(mizu_view_info), 1},
     {"view_counters", routine(mizu_view_counters), 1},
     {"arena_stats", routine(mizu_arena_stats), 0},
+    {"eval_safely", routine(mizu_eval_safely), 2},
+    {"record_error", routine(mizu_record_error), 2},
+    {"record_warning", routine(mizu_record_warning), 1},
+    {"register_function", routine(mizu_register_function), 1},
+    {"call_function", routine(mizu_call_function), 3},
     {nullptr, nullptr, 0},
 };
 
