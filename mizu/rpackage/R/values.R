@@ -26,8 +26,9 @@ block_view <- function(fd, arena_id, segment_id, offset, length, generation, typ
 # NULL for a vector that is no view; else where its data lives.
 view_info <- function(x) .Call(C_view_info, x)
 
-# How many views were made and released, how often R duplicated one, and how
-# often it asked one for a writable pointer, since the last reset.
+# How many views were made and released, how often R duplicated one by
+# copying its bytes (copies) or as a new view of its block (remaps), and how
+# often it asked one for a pointer it may write through, since the last reset.
 view_counters <- function(reset = FALSE) .Call(C_view_counters, reset)
 
 # The blocks of this process's arena in use (results not yet released).

@@ -16,7 +16,9 @@ namespace {
 struct View {
     std::unique_ptr<MappedBlock> block;
     R_xlen_t length;
-    bool written;
+    bool writable;  // R has had a pointer it may write through
+
+    bool written() const noexcept { return writable && block->written(); }
 };
 
 ViewCounters counters;
@@ -52,7 +54,7 @@ R_xlen_t view_length(SEXP x) {
 void* dataptr(SEXP x, Rboolean writeable) {
     char* data = view_data(x);
     if (writeable) {
-        view_of(x)->written = true;
+        view_of(x)->writable = true;
         ++counters.writable_pointers;
     }
     return data;
@@ -113,16 +115,30 @@ SEXP extract_subset(SEXP x, SEXP indices, SEXP) {
     return out;
 }
 
-// A fresh ordinary vector, as R requires of Duplicate: R modifies
-// duplicates, and attributes are copied by R's caller.
+// R requires a duplicate to be a new object that nothing else references,
+// since R modifies it next. A view never written to becomes a new view of
+// its block, with private pages of its own: no bytes are copied. Any other
+// becomes an ordinary vector holding a copy.
 SEXP duplicate(SEXP x, Rboolean) {
+    View* view = view_of(x);
     R_xlen_t length = view_length(x);
-    SEXP copy = Rf_allocVector(TYPEOF(x), length);
-    if (length > 0) {
-        const MappedBlock& block = *view_of(x)->block;
-        std::memcpy(standard_data(copy), block.data(), block.size());
+    if (view && !view->written()) {
+        SEXP twin = PROTECT(new_view(TYPEOF(x)));
+        bool remapped = true;
+        try {
+            attach_view(twin, view->block->remap(), length);
+        } catch (const std::exception&) {
+            remapped = false;  // no mapping to be had: copy instead
+        }
+        UNPROTECT(1);
+        if (remapped) {
+            ++counters.remaps;
+            return twin;
+        }
     }
-    ++counters.duplicates;
+    SEXP copy = Rf_allocVector(TYPEOF(x), length);
+    if (length > 0) std::memcpy(standard_data(copy), view->block->data(), view->block->size());
+    ++counters.copies;
     return copy;
 }
 
@@ -138,7 +154,7 @@ Rboolean inspect(SEXP x, int, int, int, void (*)(SEXP, int, int, int)) {
             static_cast<long long>(view->length), static_cast<unsigned long long>(b.size()),
             static_cast<unsigned long long>(b.start()), static_cast<unsigned long long>(b.block().offset),
             b.block().segment_id, static_cast<unsigned long long>(b.block().arena_id), b.block().generation,
-            view->written ? ", handed out writable" : "");
+            view->written() ? ", written to" : "");
     return TRUE;
 }
 
@@ -212,9 +228,9 @@ const MappedBlock* view_block(SEXP x) noexcept {
     return view ? view->block.get() : nullptr;
 }
 
-bool view_maybe_written(SEXP x) noexcept {
+bool view_written(SEXP x) noexcept {
     View* view = is_view(x) ? view_of(x) : nullptr;
-    return view && view->written;
+    return view && view->written();
 }
 
 ViewCounters& view_counters() noexcept { return counters; }

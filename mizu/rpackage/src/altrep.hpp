@@ -31,18 +31,21 @@ void attach_view(SEXP view, std::unique_ptr<MappedBlock> block, R_xlen_t length)
 // The block a view maps, or null if x is no view (or has no data yet).
 const MappedBlock* view_block(SEXP x) noexcept;
 
-// Whether R has asked the view for a pointer it may write through, since
-// which its bytes may differ from the block's.
-bool view_maybe_written(SEXP x) noexcept;
+// Whether R wrote to the view, so that its bytes may differ from the
+// block's (for a view, false).
+bool view_written(SEXP x) noexcept;
 
 // Counts since the process started (or the last reset), for tests and
-// debugging: how often R copied a view out whole (Duplicate), and how
-// often it asked for a writable pointer, which costs nothing until a
-// page is written.
+// debugging. R duplicates a vector before it modifies one that is shared:
+// a view never written to is duplicated as a new view of its block
+// (remaps), one written to by copying its bytes (copies). writable_pointers
+// counts R's requests for a pointer it may write through, which R makes to
+// read as well, and which cost nothing until a page is written.
 struct ViewCounters {
     uint64_t made = 0;
     uint64_t released = 0;
-    uint64_t duplicates = 0;
+    uint64_t copies = 0;
+    uint64_t remaps = 0;
     uint64_t writable_pointers = 0;
 };
 

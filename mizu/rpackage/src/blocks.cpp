@@ -1,7 +1,9 @@
 #include "blocks.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <fcntl.h>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -79,6 +81,41 @@ MappedBlock::MappedBlock(const BlockSource& source) : hold_(source.block, source
 }
 
 MappedBlock::~MappedBlock() { munmap(mapping_, mapping_size_); }
+
+bool MappedBlock::written() const noexcept {
+#if defined(__linux__)
+    // One 64-bit entry per page: bit 63 present, 62 swapped, 61 a page of
+    // the file (or shared) rather than a private copy.
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    std::size_t page = page_size(), first = reinterpret_cast<uintptr_t>(mapping_) / page;
+    std::size_t pages = mapping_size_ / page;
+    uint64_t entries[512];
+    bool copied = false;
+    for (std::size_t done = 0; done < pages && !copied;) {
+        std::size_t n = std::min(pages - done, sizeof entries / sizeof entries[0]);
+        ssize_t got = pread(fd, entries, n * sizeof(uint64_t), off_t((first + done) * sizeof(uint64_t)));
+        if (got != ssize_t(n * sizeof(uint64_t))) {
+            copied = true;
+            break;
+        }
+        for (std::size_t i = 0; i < n && !copied; ++i)
+            copied = (entries[i] >> 62 & 1) || ((entries[i] >> 63 & 1) && !(entries[i] >> 61 & 1));
+        done += n;
+    }
+    close(fd);
+    return copied;
+#else
+    return true;
+#endif
+}
+
+std::unique_ptr<MappedBlock> MappedBlock::remap() const {
+    const BlockRef& block = hold_.block();
+    // The new mapping adopts this reference, taken on behalf of ours.
+    retain_block(hold_.segment().base(), block.offset);
+    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_});
+}
 
 BlockTable::BlockTable(const std::vector<BlockRef>& blocks, const std::vector<int>& fds) {
     if (blocks.size() != fds.size())

@@ -90,6 +90,15 @@ public:
     uint64_t start() const noexcept { return start_; }
     const BlockRef& block() const noexcept { return hold_.block(); }
 
+    // Whether anything was written through this mapping: whether the
+    // kernel copied any of its pages (Linux's /proc/self/pagemap tells);
+    // true where that cannot be known.
+    bool written() const noexcept;
+
+    // Another private mapping of the same bytes, with a reference of its
+    // own; it shows the block's bytes, not what was written here.
+    std::unique_ptr<MappedBlock> remap() const;
+
 private:
     BlockHold hold_;
     void* mapping_;

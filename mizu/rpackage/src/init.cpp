@@ -185,8 +185,8 @@ SEXP mizu_view_info(SEXP x) {
                                               {"generation", double(b.generation)},
                                               {"start", double(block->start())},
                                               {"nbytes", double(block->size())}}));
-        SEXP written = PROTECT(Rf_ScalarLogical(view_maybe_written(x)));
-        SEXP info = named_list({{"arena_id", id}, {"block", numbers}, {"maybe_written", written}});
+        SEXP written = PROTECT(Rf_ScalarLogical(view_written(x)));
+        SEXP info = named_list({{"arena_id", id}, {"block", numbers}, {"written", written}});
         UNPROTECT(3);
         return info;
     });
@@ -196,7 +196,8 @@ SEXP mizu_view_counters(SEXP reset) {
     ViewCounters& c = view_counters();
     SEXP out = named_numbers({{"made", double(c.made)},
                               {"released", double(c.released)},
-                              {"duplicates", double(c.duplicates)},
+                              {"copies", double(c.copies)},
+                              {"remaps", double(c.remaps)},
                               {"writable_pointers", double(c.writable_pointers)}});
     if (Rf_asLogical(reset) == TRUE) c = ViewCounters{};
     return out;

@@ -29,7 +29,10 @@ test_that("reading a view copies nothing", {
     }
     expect_identical(colMeans(m), colMeans(matrix(x, 100)))
     counts <- counted({sum(v); v * 2; max(v); range(v); mean(v); colMeans(m); v[10:1]})
-    expect_equal(counts[["duplicates"]], 0)
+    expect_equal(counts[["copies"]] + counts[["remaps"]], 0)
+    # range() asks for a pointer it may write through, and only reads.
+    expect_gt(counts[["writable_pointers"]], 0)
+    expect_false(view_info(v)$written)
 })
 
 test_that("subsetting a view selects what R's subsetting would", {
@@ -46,16 +49,37 @@ test_that("writing to a view changes that view alone, in place; a shared view is
     x <- runif(1000)
     v <- big_view(x)
     counts <- counted(v[1] <- 0)
-    expect_equal(counts[["duplicates"]], 0)
-    expect_false(is.null(view_info(v)))
-    expect_true(view_info(v)$maybe_written)
+    expect_equal(counts[["copies"]] + counts[["remaps"]], 0)
+    expect_true(view_info(v)$written)
     expect_identical(v[[1]], 0)
+    expect_identical(v[-1], x[-1])
+    # Never written to, a shared view is duplicated as a new view of its block.
     w <- big_view(x)
     y <- w
     counts <- counted(y[2] <- 0)
-    expect_equal(counts[["duplicates"]], 1)
+    expect_equal(counts[["remaps"]], 1)
+    expect_equal(counts[["copies"]], 0)
     expect_identical(w, x)
-    expect_null(view_info(y))
+    expect_identical(y, replace(x, 2, 0))
+    expect_false(is.null(view_info(y)))
+    # Written to, it is copied: a new view would show the block's bytes.
+    z <- v
+    counts <- counted(z[3] <- 0)
+    expect_equal(counts[["copies"]], 1)
+    expect_identical(z, replace(x, c(1, 3), 0))
+    expect_identical(v, replace(x, 1, 0))
+    expect_null(view_info(z))
+})
+
+test_that("setting attributes on a shared view copies no bytes, even after R read it", {
+    x <- runif(1e4)
+    v <- big_view(x)
+    range(v)
+    m <- v
+    counts <- counted({dim(m) <- c(100L, 100L); colSums(m)})
+    expect_equal(counts[["copies"]], 0)
+    expect_identical(m, matrix(x, 100))
+    expect_identical(colSums(m), colSums(matrix(x, 100)))
 })
 
 test_that("a view's block goes back to the arena once R collects the view", {
