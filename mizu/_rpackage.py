@@ -152,10 +152,14 @@ def _locked(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# What a shell, make or the compiler says when the toolchain or R's headers are missing.
+_NO_TOOLCHAIN = re.compile(r"\b(?:g\+\+|c\+\+|clang\+\+|make)(?:: (?:command )?not found|: No such file or directory)"
+                           r"|R\.h: No such file|\bError 127\b")
+
+
 def _explain(output):
     tail = "\n".join(output.splitlines()[-40:])
-    if re.search(r"(g\+\+|c\+\+|clang\+\+|make)\S*: (command )?not found|No such file or directory.*\b(g\+\+|make)\b"
-                 r"|R\.h: No such file", output):
+    if _NO_TOOLCHAIN.search(output):
         hint = ("no C++ compiler, make or R headers were found: on Debian or Ubuntu `apt-get install r-base-dev` "
                 "(or at least g++ and make), on macOS `xcode-select --install`")
     else:
