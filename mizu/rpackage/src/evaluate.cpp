@@ -33,10 +33,13 @@ enum Record : R_xlen_t { kCondition, kCalls, kWarnings, kWarningCount, kRecordCo
 SEXP kept = nullptr;
 R_xlen_t registered = 0;
 
-SEXP names_of(std::initializer_list<const char*> names) {
+// A names vector every result shares: not mutable, so R copies it before
+// any change user code makes to one result's names.
+SEXP shared_names(std::initializer_list<const char*> names) {
     SEXP out = PROTECT(Rf_allocVector(STRSXP, R_xlen_t(names.size())));
     R_xlen_t k = 0;
     for (const char* name : names) SET_STRING_ELT(out, k++, Rf_mkChar(name));
+    MARK_NOT_MUTABLE(out);
     UNPROTECT(1);
     return out;
 }
@@ -59,8 +62,8 @@ SEXP kept_objects() {
     SET_VECTOR_ELT(list, kFormatError, package_value(ns, "format_error"));
     SET_VECTOR_ELT(list, kFormatWarnings, package_value(ns, "format_warnings"));
     SET_VECTOR_ELT(list, kNamespace, ns);
-    SET_VECTOR_ELT(list, kResultNames, names_of({"value", "error", "warnings"}));
-    SET_VECTOR_ELT(list, kRecordNames, names_of({"message", "call", "classes", "traceback"}));
+    SET_VECTOR_ELT(list, kResultNames, shared_names({"value", "error", "warnings"}));
+    SET_VECTOR_ELT(list, kRecordNames, shared_names({"message", "call", "classes", "traceback"}));
     SET_VECTOR_ELT(list, kRegistry, Rf_allocVector(VECSXP, 16));
     R_PreserveObject(list);
     kept = list;
