@@ -1,0 +1,154 @@
+#include "blocks.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fcntl.h>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <sys/mman.h>
+#include <system_error>
+#include <unistd.h>
+#include <utility>
+
+namespace mizu::r {
+
+namespace {
+
+using SegmentKey = std::pair<uint64_t, uint32_t>;  // arena id, segment id
+
+// Never destroyed: R runs the finalizers of views still alive at exit,
+// and they reach this through their blocks.
+std::map<SegmentKey, std::weak_ptr<Segment>>& segment_cache() {
+    static auto* cache = new std::map<SegmentKey, std::weak_ptr<Segment>>;
+    return *cache;
+}
+
+std::string hex(uint64_t v) {
+    char buf[19];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+std::size_t page_size() noexcept {
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? std::size_t(page) : 4096;
+}
+
+}  // namespace
+
+std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd) {
+    auto& cache = segment_cache();
+    SegmentKey key{block.arena_id, block.segment_id};
+    auto found = cache.find(key);
+    if (found != cache.end())
+        if (std::shared_ptr<Segment> seg = found->second.lock()) return seg;
+    if (fd < 0 && block.pid <= 0)
+        throw std::invalid_argument("no descriptor of segment " + std::to_string(block.segment_id) + " of arena " +
+                                    hex(block.arena_id) + " was given, and it is not mapped in this process");
+    std::shared_ptr<Segment> seg = fd >= 0 ? attach_arena_segment(fd, block.arena_id, block.segment_id)
+                                           : attach_arena_segment(block.pid, block.fd, block.arena_id, block.segment_id);
+    for (auto it = cache.begin(); it != cache.end();) it = it->second.expired() ? cache.erase(it) : std::next(it);
+    cache[key] = seg;
+    return seg;
+}
+
+BlockHold::BlockHold(const BlockRef& block, int fd)
+    : segment_(attached_segment(block, fd)),
+      block_(block),
+      data_(block_data(*segment_, block.offset, block.length, block.generation)) {}
+
+BlockHold::~BlockHold() { release_block(segment_->base(), block_.offset); }
+
+MappedBlock::MappedBlock(const BlockSource& source) : hold_(source.block, source.fd) {
+    const BlockRef& block = hold_.block();
+    if (source.nbytes == 0 || source.start > block.length || source.nbytes > block.length - source.start)
+        throw std::invalid_argument("bytes " + std::to_string(source.start) + " to " +
+                                    std::to_string(source.start + source.nbytes) + " are no part of a block of " +
+                                    std::to_string(block.length) + " bytes");
+    std::size_t page = page_size();
+    uint64_t first = block.offset + source.start;
+    uint64_t map_at = first / page * page;
+    mapping_size_ = round_up(first + source.nbytes - map_at, page);
+    mapping_ = mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, hold_.segment().fd(), off_t(map_at));
+    if (mapping_ == MAP_FAILED)
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot map " + std::to_string(mapping_size_) + " bytes of an arena block privately");
+    data_ = static_cast<char*>(mapping_) + (first - map_at);
+    start_ = source.start;
+    size_ = source.nbytes;
+}
+
+MappedBlock::~MappedBlock() { munmap(mapping_, mapping_size_); }
+
+bool MappedBlock::written() const noexcept {
+#if defined(__linux__)
+    // One 64-bit entry per page: bit 63 present, 62 swapped, 61 a page of
+    // the file (or shared) rather than a private copy.
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    std::size_t page = page_size(), first = reinterpret_cast<uintptr_t>(mapping_) / page;
+    std::size_t pages = mapping_size_ / page;
+    uint64_t entries[512];
+    bool copied = false;
+    for (std::size_t done = 0; done < pages && !copied;) {
+        std::size_t n = std::min(pages - done, sizeof entries / sizeof entries[0]);
+        ssize_t got = pread(fd, entries, n * sizeof(uint64_t), off_t((first + done) * sizeof(uint64_t)));
+        if (got != ssize_t(n * sizeof(uint64_t))) {
+            copied = true;
+            break;
+        }
+        for (std::size_t i = 0; i < n && !copied; ++i)
+            copied = (entries[i] >> 62 & 1) || ((entries[i] >> 63 & 1) && !(entries[i] >> 61 & 1));
+        done += n;
+    }
+    close(fd);
+    return copied;
+#else
+    return true;
+#endif
+}
+
+std::unique_ptr<MappedBlock> MappedBlock::remap() const {
+    const BlockRef& block = hold_.block();
+    // The new mapping adopts this reference, taken on behalf of ours.
+    retain_block(hold_.segment().base(), block.offset);
+    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_});
+}
+
+BlockTable::BlockTable(const std::vector<BlockRef>& blocks, const std::vector<int>& fds) {
+    if (blocks.size() != fds.size())
+        throw std::invalid_argument(std::to_string(blocks.size()) + " block references with " +
+                                    std::to_string(fds.size()) + " descriptors");
+    entries_.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) entries_.push_back({blocks[i], fds[i], false});
+}
+
+BlockTable::~BlockTable() {
+    for (const Entry& e : entries_) {
+        if (e.taken) continue;
+        try {
+            BlockHold dropped(e.block, e.fd);
+        } catch (const std::exception&) {
+            // A reference that cannot be opened holds nothing to give back.
+        }
+    }
+}
+
+BlockSource BlockTable::resolve(const wire::ArenaRef& ref) {
+    for (Entry& e : entries_) {
+        const BlockRef& b = e.block;
+        if (e.taken || b.arena_id != ref.owner || b.segment_id != ref.segment || ref.offset < b.offset) continue;
+        uint64_t start = ref.offset - b.offset;
+        if (start > b.length || ref.nbytes > b.length - start) continue;
+        e.taken = true;
+        return {b, e.fd, start, ref.nbytes};
+    }
+    throw std::invalid_argument("the message names " + std::to_string(ref.nbytes) + " bytes at offset " +
+                                std::to_string(ref.offset) + " of segment " + std::to_string(ref.segment) +
+                                " of arena " + hex(ref.owner) +
+                                ", which no block reference sent with it covers (or another array took it)");
+}
+
+}  // namespace mizu::r

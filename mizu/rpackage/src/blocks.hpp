@@ -1,0 +1,133 @@
+// This process's hold on blocks of other processes' arenas (csrc/arena.hpp):
+// references adopted from messages, and the private mappings that R
+// vectors view.
+//
+// Nothing here calls R, so these objects may live where R calls are not
+// (see unwind.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "arena.hpp"
+#include "wire.hpp"
+
+namespace mizu::r {
+
+// One block reference a message carries for this process, and the bytes of
+// the block an array uses.
+struct BlockSource {
+    BlockRef block;   // as Block.share() describes it: pid and fd are the sharer's
+    int fd;           // a descriptor of the block's segment open here, or -1 to
+                      // reach it through /proc/<pid>/fd/<fd> (Linux)
+    uint64_t start;   // offset of the array's bytes in the block's data
+    uint64_t nbytes;
+};
+
+// Maps a message's arena references to the block references that came with
+// it. Each reference is handed out once: whoever receives it adopts it.
+// Implementations must not call R.
+class BlockResolver {
+public:
+    // Throws std::invalid_argument when the message names bytes no
+    // reference it came with covers.
+    virtual BlockSource resolve(const wire::ArenaRef& ref) = 0;
+
+protected:
+    ~BlockResolver() = default;
+};
+
+// The segment of `block`, mapped shared once per process while any block of
+// it is held here: from `fd` (which stays the caller's) if it is not -1,
+// else through the sharer's /proc/<pid>/fd/<fd>.
+std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd);
+
+// One adopted reference to a block, dropped when destroyed: the last
+// reference dropped anywhere returns the block to its owner.
+class BlockHold {
+public:
+    // Adopts block's reference after block_data has checked it names a live
+    // block of that allocation; fd as for attached_segment. Throws
+    // std::invalid_argument, or std::system_error when the segment cannot
+    // be mapped.
+    BlockHold(const BlockRef& block, int fd);
+    ~BlockHold();
+    BlockHold(const BlockHold&) = delete;
+    BlockHold& operator=(const BlockHold&) = delete;
+
+    // The block's bytes, shared with every process that maps them.
+    const char* shared_data() const noexcept { return data_; }
+    const BlockRef& block() const noexcept { return block_; }
+    const Segment& segment() const noexcept { return *segment_; }
+
+private:
+    std::shared_ptr<Segment> segment_;
+    BlockRef block_;
+    const char* data_;
+};
+
+// The pages holding some bytes of a block, mapped MAP_PRIVATE and writable
+// for one R vector: R may write to the vector in place, and the kernel then
+// copies the page written to, so no write reaches the shared bytes. Pages
+// never written show the block's bytes, which its sender leaves alone while
+// any reference to it is held. The mapping is not pre-faulted: for a read
+// of every page, the kernel's fault-around costs less than populating
+// first, and MAP_POPULATE would copy every page of a writable private
+// mapping.
+class MappedBlock {
+public:
+    // Takes `source`'s reference (see BlockHold) and maps the pages under
+    // its [start, start + nbytes), which must lie in the block and must not
+    // be empty.
+    explicit MappedBlock(const BlockSource& source);
+    ~MappedBlock();
+    MappedBlock(const MappedBlock&) = delete;
+    MappedBlock& operator=(const MappedBlock&) = delete;
+
+    char* data() const noexcept { return data_; }
+    uint64_t size() const noexcept { return size_; }
+    uint64_t start() const noexcept { return start_; }
+    const BlockRef& block() const noexcept { return hold_.block(); }
+
+    // Whether anything was written through this mapping: whether the
+    // kernel copied any of its pages (Linux's /proc/self/pagemap tells);
+    // true where that cannot be known.
+    bool written() const noexcept;
+
+    // Another private mapping of the same bytes, with a reference of its
+    // own; it shows the block's bytes, not what was written here.
+    std::unique_ptr<MappedBlock> remap() const;
+
+private:
+    BlockHold hold_;
+    void* mapping_;
+    std::size_t mapping_size_;
+    char* data_;
+    uint64_t start_;
+    uint64_t size_;
+};
+
+// A resolver over a list of references and the descriptors of their
+// segments in this process: a message's out-of-band records. References
+// it never handed out are dropped when it is destroyed.
+class BlockTable final : public BlockResolver {
+public:
+    // fds[i] is blocks[i]'s BlockSource::fd.
+    BlockTable(const std::vector<BlockRef>& blocks, const std::vector<int>& fds);
+    ~BlockTable();
+    BlockTable(const BlockTable&) = delete;
+    BlockTable& operator=(const BlockTable&) = delete;
+
+    BlockSource resolve(const wire::ArenaRef& ref) override;
+
+private:
+    struct Entry {
+        BlockRef block;
+        int fd;
+        bool taken;
+    };
+    std::vector<Entry> entries_;
+};
+
+}  // namespace mizu::r

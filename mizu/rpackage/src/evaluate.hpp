@@ -1,0 +1,45 @@
+// Evaluating R code for a task so that whatever it does comes back as a
+// value: its result, or a record of its error, with the warnings it raised.
+//
+// Each evaluation runs under R_tryEvalSilent, whose top-level context stops
+// every R error and interrupt, inside withCallingHandlers: its handlers
+// record the condition and the calls at it, muffle warnings after
+// recording them, and leave the call at the first error condition, as
+// tryCatch would, whether stop(), signalCondition() or compiled code raised
+// it.
+//
+// These functions allocate outside R_tryEvalSilent, so out of memory there
+// is an R error like any other allocation's: a caller holding objects with
+// destructors calls them inside r_call (unwind.hpp).
+#pragma once
+
+#include "r_api.hpp"
+
+namespace mizu::r {
+
+// Evaluates call in env. Returns, unprotected,
+//   list(value =, error =, warnings =)
+// where error is NULL, or list(message =, call =, classes =, traceback =)
+// (call: the deparsed call of the condition, or NULL; classes: its class
+// vector; traceback: one deparsed call per frame from `call` to the one
+// that signalled, outermost first), and warnings is a list of
+// list(message =, call =, classes =), the first 50 raised.
+SEXP eval_safely(SEXP call, SEXP env);
+
+// What the condition handlers call back with; from R code only.
+void record_error(SEXP condition, SEXP calls);
+void record_warning(SEXP condition);
+
+// Parses `text`, R source of one expression that evaluates to a function
+// ("function(x, p) quantile(x, p)") or the name of one ("mean",
+// "stats::median"), evaluates it once in the global environment, and keeps
+// the function. Returns as eval_safely does, the value being the
+// function's id, an integer from 1.
+SEXP register_function(SEXP text);
+
+// Calls function `id` with the values of list `args` as positional
+// arguments and those of the named list `kwargs` (or NULL) as named ones;
+// returns as eval_safely does. Throws std::out_of_range for an unknown id.
+SEXP call_function(int id, SEXP args, SEXP kwargs);
+
+}  // namespace mizu::r

@@ -1,0 +1,419 @@
+// R values to wire values. The walk runs inside one r_call and keeps the
+// rules of unwind.hpp: its frames hold nothing with a destructor where they
+// call R; the Writer and the outgoing blocks live in the caller's frame.
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "unwind.hpp"
+#include "values.hpp"
+
+namespace mizu::r {
+
+namespace {
+
+using wire::ArrayHeader;
+
+constexpr char kNativeOrder = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '<' : '>';
+// Elements read at a time from vectors without a data pointer (ALTREP).
+constexpr R_xlen_t kRegion = 512;
+
+bool has_attributes(SEXP x) {
+#if R_VERSION >= R_Version(4, 5, 0)
+    return ANY_ATTRIB(x);
+#else
+    return ATTRIB(x) != R_NilValue;
+#endif
+}
+
+// What class(x)[1] says.
+const char* class_name(SEXP x) {
+    SEXP cls = Rf_getAttrib(x, R_ClassSymbol);
+    if (TYPEOF(cls) == STRSXP && XLENGTH(cls) > 0) return CHAR(STRING_ELT(cls, 0));
+    switch (TYPEOF(x)) {
+    case CLOSXP:
+    case SPECIALSXP:
+    case BUILTINSXP: return "function";
+    case LANGSXP: return "call";
+    case SYMSXP: return "name";
+    default: return Rf_type2char(TYPEOF(x));
+    }
+}
+
+// Throws the error for a value with no wire form, naming its R class.
+[[noreturn]] void refuse(SEXP x, const char* advice) {
+    const char* cls = class_name(x);
+    throw std::invalid_argument(std::string("an R value of class \"") + cls + "\" has no form Python can read" +
+                                advice);
+}
+
+// The elements of an atomic vector: its data pointer, or null for an
+// ALTREP vector that has none (such as 1:n), to be read by regions.
+template <class T>
+const T* elements_or_null(SEXP x) {
+    switch (TYPEOF(x)) {
+    case REALSXP: return reinterpret_cast<const T*>(REAL_OR_NULL(x));
+    case INTSXP: return reinterpret_cast<const T*>(INTEGER_OR_NULL(x));
+    case LGLSXP: return reinterpret_cast<const T*>(LOGICAL_OR_NULL(x));
+    case RAWSXP: return reinterpret_cast<const T*>(RAW_OR_NULL(x));
+    default: return reinterpret_cast<const T*>(COMPLEX_OR_NULL(x));
+    }
+}
+
+template <class T>
+R_xlen_t get_region(SEXP x, R_xlen_t i, R_xlen_t n, T* buf) {
+    switch (TYPEOF(x)) {
+    case REALSXP: return REAL_GET_REGION(x, i, n, reinterpret_cast<double*>(buf));
+    case INTSXP: return INTEGER_GET_REGION(x, i, n, reinterpret_cast<int*>(buf));
+    case LGLSXP: return LOGICAL_GET_REGION(x, i, n, reinterpret_cast<int*>(buf));
+    case RAWSXP: return RAW_GET_REGION(x, i, n, reinterpret_cast<Rbyte*>(buf));
+    default: return COMPLEX_GET_REGION(x, i, n, reinterpret_cast<Rcomplex*>(buf));
+    }
+}
+
+// Calls each(chunk, first, count) over the elements of x in order, without
+// making R materialize an ALTREP vector.
+template <class T, class Each>
+void for_each_region(SEXP x, Each each) {
+    R_xlen_t n = XLENGTH(x);
+    if (const T* all = elements_or_null<T>(x)) {
+        each(all, R_xlen_t(0), n);
+        return;
+    }
+    T buf[kRegion];
+    for (R_xlen_t i = 0; i < n;) {
+        R_xlen_t got = get_region<T>(x, i, std::min(kRegion, n - i), buf);
+        if (got <= 0) Rf_error("an ALTREP vector gave %lld of its %lld elements", (long long)i, (long long)n);
+        each(buf, i, got);
+        i += got;
+    }
+}
+
+bool has_na_int(SEXP x) {
+    bool found = false;
+    for_each_region<int>(x, [&](const int* p, R_xlen_t, R_xlen_t count) {
+        for (R_xlen_t j = 0; j < count && !found; ++j) found = p[j] == NA_INTEGER;
+    });
+    return found;
+}
+
+struct Shape {
+    uint32_t ndim;
+    uint64_t dims[wire::kMaxDims];
+};
+
+// The dim attribute of x, or its length as one dimension.
+Shape shape_of(SEXP x) {
+    Shape s;
+    SEXP dim = Rf_getAttrib(x, R_DimSymbol);
+    R_xlen_t n = XLENGTH(x);
+    if (TYPEOF(dim) == INTSXP && XLENGTH(dim) > 0) {
+        if (XLENGTH(dim) > R_xlen_t(wire::kMaxDims))
+            throw std::invalid_argument("an R array of " + std::to_string(XLENGTH(dim)) +
+                                        " dimensions exceeds the wire's " + std::to_string(wire::kMaxDims));
+        s.ndim = uint32_t(XLENGTH(dim));
+        for (uint32_t k = 0; k < s.ndim; ++k) s.dims[k] = uint64_t(INTEGER(dim)[k]);
+        return s;
+    }
+    s.ndim = 1;
+    s.dims[0] = uint64_t(n);
+    return s;
+}
+
+void set_typestr(ArrayHeader& h, char kind, uint32_t itemsize) {
+    h.typestr[0] = itemsize == 1 ? '|' : kNativeOrder;
+    h.typestr[1] = kind;
+    std::snprintf(h.typestr + 2, sizeof h.typestr - 2, "%u", itemsize);
+    h.itemsize = itemsize;
+}
+
+class ToWire {
+public:
+    ToWire(wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options) noexcept
+        : w_(w), arena_(arena), out_(out), options_(options) {}
+
+    // depth: of the containers around x, the outermost value's being 1.
+    void value(SEXP x, int depth) {
+        switch (TYPEOF(x)) {
+        case NILSXP: w_.put_none(); return;
+        case LGLSXP:
+        case INTSXP:
+        case REALSXP:
+        case CPLXSXP:
+        case RAWSXP:
+        case STRSXP:
+            if (Rf_isS4(x)) refuse(x, "");
+            if (Rf_inherits(x, "factor"))
+                factor(x);
+            else
+                atomic(x);
+            return;
+        case VECSXP:
+            if (Rf_inherits(x, "data.frame"))
+                refuse(x, " yet: data frames come later; return as.list(df) for a dict of its columns");
+            if (Rf_isS4(x)) refuse(x, "");
+            list(x, depth);
+            return;
+        default:
+            refuse(x, ": send NULL, atomic vectors, factors and lists of them");
+        }
+    }
+
+private:
+    void atomic(SEXP x) {
+        if (XLENGTH(x) == 1 && !has_attributes(x) && TYPEOF(x) != RAWSXP) {
+            scalar(x);
+            return;
+        }
+        switch (TYPEOF(x)) {
+        case STRSXP: strings(x); return;
+        case REALSXP: numbers<double>(x, 'f'); return;
+        case CPLXSXP: numbers<Rcomplex>(x, 'c'); return;
+        case RAWSXP: numbers<Rbyte>(x, 'u'); return;
+        case INTSXP:
+            if (has_na_int(x))
+                put_masked_array(x, 'i', 4);
+            else
+                numbers<int>(x, 'i');
+            return;
+        default:
+            if (has_na_int(x))
+                put_masked_array(x, 'b', 1);
+            else
+                put_array(x, shape_of(x), 'b', 1, [&](char* dst) { logical_values(x, dst); });
+            return;
+        }
+    }
+
+    void scalar(SEXP x) {
+        switch (TYPEOF(x)) {
+        case LGLSXP: {
+            int v = LOGICAL_ELT(x, 0);
+            v == NA_LOGICAL ? w_.put_none() : w_.put_bool(v != 0);
+            return;
+        }
+        case INTSXP: {
+            int v = INTEGER_ELT(x, 0);
+            v == NA_INTEGER ? w_.put_none() : w_.put_int64(v);
+            return;
+        }
+        case REALSXP: w_.put_float64(REAL_ELT(x, 0)); return;
+        case STRSXP: string(STRING_ELT(x, 0)); return;
+        default: {
+            // The wire has no complex scalar: a 0-d complex128 array.
+            Rcomplex v = COMPLEX_ELT(x, 0);
+            ArrayHeader h;
+            set_typestr(h, 'c', 16);
+            h.ndim = 0;
+            h.storage = wire::Storage::inline_data;
+            h.data = {reinterpret_cast<const char*>(&v), sizeof v};
+            w_.put_array(h);
+        }
+        }
+    }
+
+    // A character vector other than a plain scalar: a list of str, None
+    // where NA.
+    void strings(SEXP x) {
+        R_xlen_t n = XLENGTH(x);
+        w_.begin_list(count_of(n));
+        for (R_xlen_t k = 0; k < n; ++k) string(STRING_ELT(x, k));
+    }
+
+    // As as.character(x) would send it.
+    void factor(SEXP x) {
+        SEXP levels = Rf_getAttrib(x, R_LevelsSymbol);
+        R_xlen_t n = XLENGTH(x), nlevels = TYPEOF(levels) == STRSXP ? XLENGTH(levels) : 0;
+        if (n != 1) w_.begin_list(count_of(n));
+        for (R_xlen_t k = 0; k < n; ++k) {
+            int code = INTEGER_ELT(x, k);
+            if (code == NA_INTEGER)
+                w_.put_none();
+            else if (code >= 1 && code <= nlevels)
+                string(STRING_ELT(levels, code - 1));
+            else
+                throw std::invalid_argument("a factor holds the code " + std::to_string(code) + " beyond its " +
+                                            std::to_string(nlevels) + " levels");
+        }
+    }
+
+    void string(SEXP c) {
+        if (c == NA_STRING) {
+            w_.put_none();
+            return;
+        }
+        with_utf8(c, "a string", [&](const char* s, std::size_t n) { w_.put_str(s, n); });
+    }
+
+    // Calls put(text, size) with the UTF-8 form of the CHARSXP c.
+    template <class Put>
+    void with_utf8(SEXP c, const char* what, Put put) {
+        const void* vmax = vmaxget();
+        const char* s = Rf_translateCharUTF8(c);
+        std::size_t n = std::strlen(s);
+        uint64_t valid = wire::detail::utf8_valid_prefix(s, n);
+        if (valid != n) {
+            vmaxset(vmax);
+            throw std::invalid_argument(std::string(what) + " holds bytes that are not UTF-8 (from byte " +
+                                        std::to_string(valid) + "); convert it with iconv() or enc2utf8()");
+        }
+        put(s, n);
+        vmaxset(vmax);
+    }
+
+    // A list: a dict if it has names, which must then be all present and
+    // distinct, since a dict cannot hold the others.
+    void list(SEXP x, int depth) {
+        if (depth > wire::kMaxDepth)
+            throw std::invalid_argument("the value nests lists more than " + std::to_string(wire::kMaxDepth) +
+                                        " deep, the wire's limit");
+        R_xlen_t n = XLENGTH(x);
+        SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+        if (names == R_NilValue) {
+            w_.begin_list(count_of(n));
+            for (R_xlen_t k = 0; k < n; ++k) value(VECTOR_ELT(x, k), depth + 1);
+            return;
+        }
+        for (R_xlen_t k = 0; k < n; ++k) {
+            SEXP name = STRING_ELT(names, k);
+            if (name == NA_STRING || CHAR(name)[0] == '\0')
+                throw std::invalid_argument("element " + std::to_string(k + 1) + " of a list with names has " +
+                                            (name == NA_STRING ? "NA" : "an empty name") +
+                                            ", which a dict cannot hold as a key; name every element, or unname() "
+                                            "the list for a Python list");
+        }
+        if (R_xlen_t dup = Rf_any_duplicated(names, FALSE)) {
+            const char* name = Rf_translateCharUTF8(STRING_ELT(names, dup - 1));
+            throw std::invalid_argument(std::string("the name \"") + name +
+                                        "\" appears twice in a list, and a dict keeps one value per key; make the "
+                                        "names unique (make.unique()), or unname() the list for a Python list");
+        }
+        w_.begin_dict(count_of(n));
+        for (R_xlen_t k = 0; k < n; ++k) {
+            with_utf8(STRING_ELT(names, k), "a name", [&](const char* s, std::size_t len) { w_.put_key(s, len); });
+            value(VECTOR_ELT(x, k), depth + 1);
+        }
+    }
+
+    // A vector whose elements' bytes are numpy's as they are.
+    template <class T>
+    void numbers(SEXP x, char kind) {
+        put_array(x, shape_of(x), kind, sizeof(T), [&](char* dst) { copy_elements<T>(x, dst); });
+    }
+
+    template <class T>
+    void copy_elements(SEXP x, char* dst) {
+        for_each_region<T>(x, [&](const T* p, R_xlen_t first, R_xlen_t count) {
+            std::memcpy(dst + std::size_t(first) * sizeof(T), p, std::size_t(count) * sizeof(T));
+        });
+    }
+
+    // Logicals as numpy bools; NA as false.
+    void logical_values(SEXP x, char* dst) {
+        for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
+            for (R_xlen_t j = 0; j < count; ++j) dst[first + j] = char(p[j] != 0 && p[j] != NA_LOGICAL);
+        });
+    }
+
+    // An integer or logical vector with NA: the masked array of the
+    // proposed wire extension (doc/user/r.rst), its values 0 where NA.
+    // The Writer has no call for the tag yet, so the tag byte goes in
+    // through put_header, which appends bytes as they are.
+    void put_masked_array(SEXP x, char kind, uint32_t itemsize) {
+        Shape shape = shape_of(x);
+        *w_.put_header(1) = 'M';
+        if (kind == 'b')
+            put_array(x, shape, kind, itemsize, [&](char* dst) { logical_values(x, dst); });
+        else
+            put_array(x, shape, kind, itemsize, [&](char* dst) {
+                for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
+                    int* out = reinterpret_cast<int*>(dst) + first;
+                    for (R_xlen_t j = 0; j < count; ++j) out[j] = p[j] == NA_INTEGER ? 0 : p[j];
+                });
+            });
+        put_array(x, shape, 'b', 1, [&](char* dst) {
+            for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
+                for (R_xlen_t j = 0; j < count; ++j) dst[first + j] = char(p[j] == NA_INTEGER);
+            });
+        });
+    }
+
+    // An array record of x's elements, in Fortran order, filled by
+    // fill(destination): in the arena above the inline limit, else inline.
+    template <class Fill>
+    void put_array(SEXP x, const Shape& shape, char kind, uint32_t itemsize, Fill fill) {
+        ArrayHeader h;
+        set_typestr(h, kind, itemsize);
+        h.ndim = shape.ndim;
+        int64_t stride = itemsize;
+        for (uint32_t k = 0; k < shape.ndim; ++k) {
+            h.shape[k] = shape.dims[k];
+            h.strides[k] = stride;
+            stride *= int64_t(shape.dims[k]);
+        }
+        std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
+        if (nbytes > options_.inline_limit) {
+            h.storage = wire::Storage::arena;
+            fill(out_.alloc(arena_, nbytes, h.ref));
+            w_.put_array(h);
+            return;
+        }
+        h.storage = wire::Storage::inline_data;
+        const void* vmax = vmaxget();
+        char* buffer = nbytes ? R_alloc(nbytes, 1) : nullptr;
+        fill(buffer);
+        h.data = {buffer, nbytes};
+        w_.put_array(h);
+        vmaxset(vmax);
+    }
+
+    static uint32_t count_of(R_xlen_t n) {
+        if (uint64_t(n) > UINT32_MAX)
+            throw std::invalid_argument("a list or character vector of " + std::to_string(n) +
+                                        " elements exceeds the wire's count of at most 2^32 - 1");
+        return uint32_t(n);
+    }
+
+    wire::Writer& w_;
+    Arena& arena_;
+    OutgoingBlocks& out_;
+    const EncodeOptions& options_;
+};
+
+}  // namespace
+
+OutgoingBlocks::~OutgoingBlocks() {
+    for (std::size_t i = 0; i < blocks_.size(); ++i) release_block(bases_[i], blocks_[i].offset);
+}
+
+char* OutgoingBlocks::alloc(Arena& arena, std::size_t nbytes, wire::ArenaRef& ref) {
+    blocks_.reserve(blocks_.size() + 1);
+    bases_.reserve(bases_.size() + 1);
+    Allocation a = arena.alloc(nbytes);
+    // The arena keeps the segment while the block lives.
+    char* base = arena.segment(a.segment_id)->base();
+    int fd = arena.segment(a.segment_id)->fd();
+    blocks_.push_back(BlockRef{arena.id(), a.offset, nbytes, a.segment_id, current_pid(), fd, a.generation});
+    bases_.push_back(base);
+    ref = {arena.id(), a.segment_id, a.offset, nbytes};
+    return base + a.offset;
+}
+
+Arena& worker_arena() {
+    // Never destroyed: blocks may outlive any static, in other processes.
+    static Arena* arena = new Arena(ArenaOptions{});
+    return *arena;
+}
+
+void encode_message(SEXP value, wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options) {
+    w.begin_message();
+    r_call([&] {
+        ToWire(w, arena, out, options).value(value, 1);
+        return R_NilValue;
+    });
+}
+
+}  // namespace mizu::r

@@ -1,0 +1,61 @@
+// Wire values (doc/dev/wire.rst) as R values, and R values as wire values,
+// by the mapping of doc/user/r.rst, "Values".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "arena.hpp"
+#include "blocks.hpp"
+#include "r_api.hpp"
+#include "wire.hpp"
+
+namespace mizu::r {
+
+// The R value of one whole wire message, unprotected. Arena arrays of R's
+// own layout become views of their blocks; everything else is copied into
+// ordinary R vectors. Throws wire::WireError for a malformed message,
+// std::invalid_argument for a value R cannot hold, RJump for an R error
+// (out of memory). Calls r_call, so it may not run inside one.
+SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver);
+
+// The blocks an encoding placed in this process's arena, each with the one
+// reference its receiver adopts. Until hand_over(), destroying this drops
+// those references, so a message that is never sent frees its blocks.
+class OutgoingBlocks {
+public:
+    OutgoingBlocks() = default;
+    ~OutgoingBlocks();
+    OutgoingBlocks(const OutgoingBlocks&) = delete;
+    OutgoingBlocks& operator=(const OutgoingBlocks&) = delete;
+
+    // A new block of `nbytes` in `arena`, its reference recorded here.
+    char* alloc(Arena& arena, std::size_t nbytes, wire::ArenaRef& ref);
+    const std::vector<BlockRef>& blocks() const noexcept { return blocks_; }
+    // The references now belong to whoever receives blocks().
+    void hand_over() noexcept {
+        blocks_.clear();
+        bases_.clear();
+    }
+
+private:
+    std::vector<BlockRef> blocks_;
+    std::vector<char*> bases_;  // of their segments here
+};
+
+struct EncodeOptions {
+    // Arrays of more bytes than this go to the arena, the rest inline.
+    std::size_t inline_limit = std::size_t(64) << 10;
+};
+
+// This process's arena for large results, created on first use.
+Arena& worker_arena();
+
+// Writes `value` to w as one wire message (begin_message() included),
+// placing large arrays in `arena` and recording their blocks in `out`.
+// Throws std::invalid_argument naming the class of a part that has no wire
+// form, RJump for an R error. Calls r_call, so it may not run inside one.
+void encode_message(SEXP value, wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options);
+
+}  // namespace mizu::r

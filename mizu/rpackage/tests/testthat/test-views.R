@@ -1,0 +1,116 @@
+# An array above the inline limit goes to this process's arena; decoding the
+# message adopts the block reference encode() took and views the block.
+big_view <- function(value) {
+    encoded <- encode(value, inline_limit = 0)
+    decode(encoded$message, encoded$blocks)
+}
+
+counted <- function(expr) {
+    view_counters(reset = TRUE)
+    force(expr)
+    view_counters(reset = TRUE)
+}
+
+test_that("arena arrays of R's layout decode as views, other types as ordinary vectors", {
+    for (value in list(runif(10), 1:10, as.raw(1:10), complex(real = 1:3), matrix(runif(6), 2))) {
+        v <- big_view(value)
+        expect_identical(v, value)
+        expect_false(is.null(view_info(v)))
+    }
+    expect_null(view_info(big_view(c(TRUE, FALSE))))
+})
+
+test_that("reading a view copies nothing", {
+    x <- runif(1e5)
+    v <- big_view(x)
+    m <- big_view(matrix(x, 100))
+    for (f in list(sum, mean, max, min, range, function(v) v * 2, function(v) v[v > 0.5], var)) {
+        expect_identical(f(v), f(x))
+    }
+    expect_identical(colMeans(m), colMeans(matrix(x, 100)))
+    counts <- counted({sum(v); v * 2; max(v); range(v); mean(v); colMeans(m); v[10:1]})
+    expect_equal(counts[["copies"]] + counts[["remaps"]], 0)
+    # range() asks for a pointer it may write through, and only reads.
+    expect_gt(counts[["writable_pointers"]], 0)
+    expect_false(view_info(v)$written)
+})
+
+test_that("subsetting a view selects what R's subsetting would", {
+    x <- runif(20)
+    v <- big_view(x)
+    for (index in list(3:1, c(1, NA, 30), c(0.5, 2.9, 20.1), -1, 0, c(TRUE, FALSE), integer(0))) {
+        expect_identical(v[index], x[index])
+    }
+    expect_identical(big_view(as.raw(1:3))[c(1, 5)], as.raw(c(1, 0)))
+    expect_identical(big_view(complex(real = 1))[2], NA_complex_)
+})
+
+test_that("writing to a view changes that view alone, in place; a shared view is duplicated first", {
+    x <- runif(1000)
+    v <- big_view(x)
+    counts <- counted(v[1] <- 0)
+    expect_equal(counts[["copies"]] + counts[["remaps"]], 0)
+    expect_true(view_info(v)$written)
+    expect_identical(v[[1]], 0)
+    expect_identical(v[-1], x[-1])
+    # Never written to, a shared view is duplicated as a new view of its block.
+    w <- big_view(x)
+    y <- w
+    counts <- counted(y[2] <- 0)
+    expect_equal(counts[["remaps"]], 1)
+    expect_equal(counts[["copies"]], 0)
+    expect_identical(w, x)
+    expect_identical(y, replace(x, 2, 0))
+    expect_false(is.null(view_info(y)))
+    # Written to, it is copied: a new view would show the block's bytes.
+    z <- v
+    counts <- counted(z[3] <- 0)
+    expect_equal(counts[["copies"]], 1)
+    expect_identical(z, replace(x, c(1, 3), 0))
+    expect_identical(v, replace(x, 1, 0))
+    expect_null(view_info(z))
+})
+
+test_that("setting attributes on a shared view copies no bytes, even after R read it", {
+    x <- runif(1e4)
+    v <- big_view(x)
+    range(v)
+    m <- v
+    counts <- counted({dim(m) <- c(100L, 100L); colSums(m)})
+    expect_equal(counts[["copies"]], 0)
+    expect_identical(m, matrix(x, 100))
+    expect_identical(colSums(m), colSums(matrix(x, 100)))
+})
+
+test_that("a view's block goes back to the arena once R collects the view", {
+    gc()
+    before <- arena_stats()[["blocks"]]
+    v <- big_view(runif(1e4))
+    expect_equal(arena_stats()[["blocks"]], before + 1)
+    rm(v)
+    gc()
+    expect_equal(arena_stats()[["blocks"]], before)
+})
+
+test_that("a block reference is adopted once", {
+    # Keeps the arena's segment mapped here, so that block_view needs no descriptor.
+    kept <- big_view(runif(100))
+    encoded <- encode(runif(100), inline_limit = 0)
+    v <- decode(encoded$message, encoded$blocks)
+    expect_error(decode(encoded$message), "no block reference sent with it covers")
+    info <- view_info(v)
+    rm(v)
+    gc()
+    expect_error(block_view(NA, info$arena_id, info$block[["segment_id"]], info$block[["offset"]],
+                            info$block[["length"]], info$block[["generation"]], "double", 100),
+                 "has no references left")
+})
+
+test_that("an int32 block holding NA_integer_ is refused, and its reference dropped", {
+    gc()
+    before <- arena_stats()[["blocks"]]
+    encoded <- encode(c(1:10, NA), inline_limit = 0)
+    expect_error(decode(encoded$message, encoded$blocks), "unknown tag 0x4d")
+    gc()
+    expect_equal(arena_stats()[["blocks"]], before)
+})

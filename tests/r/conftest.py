@@ -1,0 +1,40 @@
+"""Fixtures for the R side: its library, and an Rscript serving requests over shared memory.
+
+Every test here runs real Rscript processes with the installed mizu's R
+package; they are skipped only when R itself is missing.
+"""
+
+import os
+import sys
+
+import pytest
+
+import mizu
+from mizu import _rpackage
+
+try:
+    _rpackage.find_rscript()
+except FileNotFoundError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+# The tests import their helpers from rsession.py by name.
+sys.path.insert(0, os.path.dirname(__file__))
+
+from rsession import RSession  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def r_library():
+    """The R library holding the R package, built on first use."""
+    return _rpackage.ensure_installed()
+
+
+@pytest.fixture(scope="module")
+def r_session(r_library):
+    """An R session that inherits the default arena's first segment."""
+    block, _, _ = mizu.arena_block(mizu.empty(1))
+    session = RSession(r_library, [block.fd])
+    try:
+        yield session
+    finally:
+        session.close()
