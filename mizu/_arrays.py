@@ -337,8 +337,10 @@ def asarray(a, dtype=None, order=None, *, device=None, copy=None, like=None):
         src = np.asarray(a)
     else:
         src = np.asarray(a, dtype=dtype)
-    # numpy's dtype for the cast, which sizes dtype=str from the source.
-    target = src.dtype if dtype is None else np.empty(0, src.dtype).astype(dtype).dtype
+    target = src.dtype if dtype is None else np.dtype(dtype)
+    if target.itemsize == 0 and target.kind in "SUV":
+        # numpy's dtype for the cast, which sizes dtype=str from the source.
+        target = np.empty(0, src.dtype).astype(target).dtype
     if copy is not True and src.dtype == target and _has_order(src, order) and arena_block(src) is not None:
         return src
     if copy is False:

@@ -126,6 +126,7 @@ def test_empty_like_and_zeros_like_match_numpy(prototype, dtype, order, shape, z
         assert same_values(ours, theirs)
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_like_keeps_a_subclass_unless_told_not_to():
     prototype = np.matrix([[1.0, 2.0], [3.0, 4.0]])
     ours = mizu.zeros_like(prototype)
@@ -135,6 +136,7 @@ def test_like_keeps_a_subclass_unless_told_not_to():
     assert type(mizu.empty_like(prototype, subok=False)) is np.ndarray
 
 
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
 @given(a=views(), dtype=st.one_of(st.none(), st.sampled_from(["f8", "i4", "U25"])), order=like_orders)
 def test_asarray_copies_other_arrays_into_the_arena_as_numpy_lays_them_out(a, dtype, order):
     ours, theirs = both(lambda: mizu.asarray(a, dtype, order), lambda: np.asarray(a, dtype, order))

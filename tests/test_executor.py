@@ -459,6 +459,47 @@ with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_m
     assert out.stdout.split() == ["False", "False", "True"]
 
 
+_COMPILEALL = """
+import concurrent.futures, runpy, sys
+if sys.argv[1] == "mizu":
+    import mizu
+    concurrent.futures.ProcessPoolExecutor = mizu.ProcessPoolExecutor
+sys.argv = ["compileall", "-q", "-j", "4", sys.argv[2]]
+runpy.run_module("compileall", run_name="__main__", alter_sys=True)
+"""
+
+
+def _compiled(kind, tree):
+    """{path: bytes} of the .pyc files `python -m compileall -j 4 tree` writes with kind's pool."""
+    import shutil
+
+    for cache in tree.rglob("__pycache__"):
+        shutil.rmtree(cache)
+    run = subprocess.run([sys.executable, "-c", _COMPILEALL, kind, str(tree)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    return {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.pyc")}
+
+
+def test_a_task_s_result_does_not_depend_on_the_pool_that_ran_it(tmp_path):
+    """compileall with the pool swapped writes the stdlib pool's .pyc files byte for byte.
+
+    marshal marks a string it writes by whether it is interned, and whether
+    a single-character string is depends on what the process has imported:
+    a worker that loads more than the stdlib's (numpy, say) writes other bytes.
+    """
+    import shutil
+    import sysconfig
+
+    lib = sysconfig.get_paths()["stdlib"]
+    tree = tmp_path / "lib"
+    for package in ("json", "email", "concurrent", "asyncio", "importlib", "xml", "logging", "urllib"):
+        shutil.copytree(os.path.join(lib, package), tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    stdlib, ours = _compiled("stdlib", tree), _compiled("mizu", tree)
+    assert len(stdlib) > 100 and stdlib.keys() == ours.keys()
+    assert [name for name in stdlib if stdlib[name] != ours[name]] == []
+
+
 def test_a_pool_whose_thread_cannot_start_leaves_no_process(monkeypatch):
     import threading
 
