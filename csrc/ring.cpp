@@ -29,13 +29,8 @@ RingLayout* RingBase::init(void* mem, std::size_t bytes, RingKind kind, uint64_t
     r->head.store(0, std::memory_order_relaxed);
     event_init(r->readable, backend);
     event_init(r->writable, backend);
-    char* slots = reinterpret_cast<char*>(r) + sizeof(RingLayout);
-    for (uint64_t i = 0; i < capacity; ++i) {
-        auto* s = new (slots + i * r->slot_size) Slot;
-        s->seq.store(i, std::memory_order_relaxed);
-        s->len = 0;
-        s->reserved = 0;
-    }
+    // The slots are zero (fresh memory, as init's contract asks): every one
+    // is at its first turn, and is not touched here.
     return r;
 }
 

@@ -5,7 +5,10 @@
 // with a release store after the payload, so a slot still being written (or
 // abandoned by a producer that died half-way) is never seen as complete, and
 // a consumer polls the slot itself rather than a shared index: in the common
-// case one cache line crosses between cores per message.
+// case one cache line crosses between cores per message. A slot stores its
+// turn less its own index, so that the zeroed memory of a fresh segment is a
+// ring whose every slot awaits its first lap: creating a ring touches only
+// its header, not a page per slot.
 //
 // SpscRing: one producer, one consumer (after rigtorp/SPSCQueue): head and
 // tail on their own lines, and the producer keeps a private copy of head,
@@ -37,7 +40,7 @@ constexpr uint32_t kMaxSlotBytes = uint32_t(1) << 24;
 constexpr uint32_t kSlotAlign = 64;
 
 struct Slot {
-    std::atomic<uint64_t> seq;  // turn number: pos + 1 once the message at pos is complete
+    std::atomic<uint64_t> seq;  // turn number less the slot's index: pos + 1 - index once pos is complete
     uint32_t len;
     uint32_t reserved;
     char* data() noexcept { return reinterpret_cast<char*>(this + 1); }
@@ -107,12 +110,21 @@ public:
     }
 
 protected:
+    // mem must be zero, as a segment's fresh memory is.
     static RingLayout* init(void* mem, std::size_t bytes, RingKind kind, uint64_t capacity, uint32_t max_message,
                             WaitBackend backend);
     static RingLayout* check(void* mem, std::size_t bytes, RingKind kind);
     explicit RingBase(RingLayout* r) noexcept
         : r_(r), slots_(reinterpret_cast<char*>(r) + sizeof(RingLayout)), mask_(r->capacity - 1) {}
     Slot* slot(uint64_t pos) const noexcept { return reinterpret_cast<Slot*>(slots_ + (pos & mask_) * r_->slot_size); }
+    // The turn of the slot of pos, as the ring's algorithms reason about it
+    // (Vyukov's: the slot of pos starts at turn pos & mask).
+    uint64_t turn(const Slot* s, uint64_t pos, std::memory_order order) const noexcept {
+        return s->seq.load(order) + (pos & mask_);
+    }
+    void set_turn(Slot* s, uint64_t pos, uint64_t turn, std::memory_order order) const noexcept {
+        s->seq.store(turn - (pos & mask_), order);
+    }
 
     RingLayout* r_;
     char* slots_;
@@ -207,7 +219,7 @@ public:
     }
     void end_push(const Reservation& res) noexcept {
         // release: payload and length are written before the consumer sees the turn.
-        res.slot->seq.store(res.pos + 1, std::memory_order_release);
+        set_turn(res.slot, res.pos, res.pos + 1, std::memory_order_release);
         // relaxed: tail is this producer's own cursor; others read it only for size().
         r_->tail.store(res.pos + 1, std::memory_order_relaxed);
         notify(r_->readable);
@@ -217,7 +229,7 @@ public:
         uint64_t pos = r_->head.load(std::memory_order_relaxed);
         Slot* s = slot(pos);
         // acquire: pairs with end_push's release; the slot is complete.
-        if (s->seq.load(std::memory_order_acquire) != pos + 1) return false;
+        if (turn(s, pos, std::memory_order_acquire) != pos + 1) return false;
         res.slot = s;
         res.pos = pos;
         return true;
@@ -229,7 +241,7 @@ public:
     }
     bool readable() const noexcept {
         uint64_t pos = r_->head.load(std::memory_order_relaxed);
-        return slot(pos)->seq.load(std::memory_order_acquire) == pos + 1;
+        return turn(slot(pos), pos, std::memory_order_acquire) == pos + 1;
     }
     bool writable() const noexcept {
         return r_->tail.load(std::memory_order_relaxed) - r_->head.load(std::memory_order_acquire) < r_->capacity;
@@ -254,7 +266,7 @@ public:
         for (;;) {
             Slot* s = slot(pos);
             // acquire: the consumer that freed this slot has finished reading it.
-            int64_t dif = int64_t(s->seq.load(std::memory_order_acquire) - pos);
+            int64_t dif = int64_t(turn(s, pos, std::memory_order_acquire) - pos);
             if (dif == 0) {
                 if (r_->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     res.slot = s;
@@ -272,7 +284,7 @@ public:
     }
     void end_push(const Reservation& res) noexcept {
         // release: payload before turn; consumers acquire the turn.
-        res.slot->seq.store(res.pos + 1, std::memory_order_release);
+        set_turn(res.slot, res.pos, res.pos + 1, std::memory_order_release);
         notify(r_->readable);
     }
     bool begin_pop(Reservation& res) noexcept {
@@ -280,7 +292,7 @@ public:
         for (;;) {
             Slot* s = slot(pos);
             // acquire: pairs with end_push's release, the payload is complete.
-            int64_t dif = int64_t(s->seq.load(std::memory_order_acquire) - (pos + 1));
+            int64_t dif = int64_t(turn(s, pos, std::memory_order_acquire) - (pos + 1));
             if (dif == 0) {
                 if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     res.slot = s;
@@ -297,7 +309,7 @@ public:
     }
     void end_pop(const Reservation& res) noexcept {
         // release: our reads finish before the producer of the next lap writes.
-        res.slot->seq.store(res.pos + r_->capacity, std::memory_order_release);
+        set_turn(res.slot, res.pos, res.pos + r_->capacity, std::memory_order_release);
         notify(r_->writable);
     }
     // Both re-read the index when it went stale under them (another
@@ -306,7 +318,7 @@ public:
     bool readable() const noexcept {
         uint64_t pos = r_->head.load(std::memory_order_relaxed);
         for (;;) {
-            int64_t dif = int64_t(slot(pos)->seq.load(std::memory_order_acquire) - (pos + 1));
+            int64_t dif = int64_t(turn(slot(pos), pos, std::memory_order_acquire) - (pos + 1));
             if (dif == 0) return true;
             if (dif < 0) return false;
             pos = r_->head.load(std::memory_order_relaxed);
@@ -315,7 +327,7 @@ public:
     bool writable() const noexcept {
         uint64_t pos = r_->tail.load(std::memory_order_relaxed);
         for (;;) {
-            int64_t dif = int64_t(slot(pos)->seq.load(std::memory_order_acquire) - pos);
+            int64_t dif = int64_t(turn(slot(pos), pos, std::memory_order_acquire) - pos);
             if (dif == 0) return true;
             if (dif < 0) return false;
             pos = r_->tail.load(std::memory_order_relaxed);

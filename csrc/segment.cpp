@@ -66,23 +66,29 @@ int open_unnamed(const char* dir) {
 }
 
 // Reserves every page now, so that a full tmpfs fails here with an error
-// instead of raising SIGBUS on first touch in the middle of a task.
-void reserve(int fd, std::size_t size, const char* dir) {
+// instead of raising SIGBUS on first touch in the middle of a task. Returns
+// false where the filesystem cannot reserve (no fallocate): the creator then
+// pre-faults the mapping instead.
+bool reserve(int fd, std::size_t size, const char* dir) {
     if (ftruncate(fd, off_t(size)) != 0) fail_errno(errno, "cannot size shared memory to " + std::to_string(size) + " bytes " + describe(dir));
 #if defined(__linux__)
     int rc = posix_fallocate(fd, 0, off_t(size));
-    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+    if (rc == EOPNOTSUPP || rc == EINVAL) return false;
+    if (rc != 0)
         fail_errno(rc, "cannot reserve " + std::to_string(size) + " bytes of shared memory " + describe(dir) +
                            "; free memory there, or give mizu a larger tmpfs");
+    return true;
 #else
     (void)dir;
+    return false;
 #endif
 }
 
-// The creator pre-faults the whole mapping (populate), so a short tmpfs fails
-// here rather than with SIGBUS later. A process attaching to memory that is
-// already reserved faults in only the pages it touches: a peer reading one
-// block of a large segment should not pay for all of it.
+// Memory that is reserved is faulted in as it is touched: pre-faulting costs
+// as much as touching every page (a few ms per MB on a VM), and a pool uses
+// few of its ring slots in a short life. Where nothing could be reserved,
+// the creator pre-faults everything (populate), so a short tmpfs fails here
+// rather than with SIGBUS later.
 char* map(int fd, std::size_t size, bool populate) {
     int flags = MAP_SHARED;
 #ifdef MAP_POPULATE
@@ -218,8 +224,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, Wait
     int fd = open_unnamed(dir);
     char* base;
     try {
-        reserve(fd, size, dir);
-        base = map(fd, size, true);
+        base = map(fd, size, !reserve(fd, size, dir));
     } catch (...) {
         close(fd);
         throw;
