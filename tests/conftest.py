@@ -4,6 +4,12 @@ import os
 import sys
 import time
 
+# The tests fork, and numpy's BLAS would otherwise start threads in this
+# process as soon as a test imports it: forking a multi-threaded process is
+# what Python 3.12 warns about.
+for _blas_threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_blas_threads, "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -440,7 +440,7 @@ with cls(1, mp_context=multiprocessing.get_context("spawn")) as ex:
     assert "while running" not in chain[0], chain[0]
 
 
-def test_numpy_loads_only_where_an_array_is_used(start_method):
+def test_numpy_loads_only_where_an_array_is_used(start_method, tmp_path):
     """`import mizu` does not import numpy, nor does a worker whose tasks use no array; one that gets an array does."""
     code = f"""
 import multiprocessing, sys
@@ -454,7 +454,8 @@ with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_m
     print(ex.submit(children.loaded, "numpy").result(timeout=60))
 """
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True"]
 
@@ -476,7 +477,7 @@ def _compiled(kind, tree):
     for cache in tree.rglob("__pycache__"):
         shutil.rmtree(cache)
     run = subprocess.run([sys.executable, "-c", _COMPILEALL, kind, str(tree)], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, cwd=tree.parent)
     assert run.returncode == 0, run.stderr
     return {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.pyc")}
 
