@@ -1,0 +1,170 @@
+#include "messages.hpp"
+
+namespace mizu::messages {
+
+MessageError::MessageError(std::size_t offset, const std::string& what)
+    : std::invalid_argument("message at byte " + std::to_string(offset) + ": " + what), offset_(offset) {}
+
+namespace {
+
+template <class Header>
+Header read_header(const char* data, std::size_t size, std::size_t at, const char* what) {
+    if (size - at < sizeof(Header))
+        throw MessageError(at, std::string("a ") + what + " of " + std::to_string(size - at) +
+                                   " bytes, shorter than its header (" + std::to_string(sizeof(Header)) + " bytes)");
+    Header h;
+    std::memcpy(&h, data + at, sizeof h);
+    return h;
+}
+
+// The task or result at `at`, and its body.
+void read_inner(const char* data, std::size_t size, std::size_t at, Message& m) {
+    uint8_t kind = uint8_t(data[at]);
+    std::size_t body = at;
+    if (kind == kTask) {
+        m.task = read_header<TaskHeader>(data, size, at, "task");
+        const TaskHeader& h = m.task;
+        if (h.reserved16 || h.reserved32) throw MessageError(at, "a task header with reserved bits set");
+        if (h.flags & ~kTaskFlags) throw MessageError(at + 1, "a task with unknown flags " + std::to_string(h.flags));
+        bool batch = h.flags & kBatch;
+        if (!batch && (h.flags & (kFlat | kSingle))) throw MessageError(at + 1, "a call's flags say how to run a batch");
+        if (batch && (h.flags & kKeywords)) throw MessageError(at + 1, "a batch with keyword arguments");
+        if (h.task_id == 0) throw MessageError(at + 8, "a task with id 0");
+        if (h.fn_id == 0 && !(h.flags & kCallable)) throw MessageError(at + 16, "a task that names no callable");
+        body += sizeof(TaskHeader);
+    } else if (kind == kResult) {
+        m.result = read_header<ResultHeader>(data, size, at, "result");
+        const ResultHeader& h = m.result;
+        if (h.reserved32) throw MessageError(at, "a result header with reserved bits set");
+        if (h.status > kLastStatus) throw MessageError(at + 1, "a result of unknown status " + std::to_string(h.status));
+        bool notice = h.status == uint8_t(Status::retiring) || h.status == uint8_t(Status::exiting);
+        if (notice != (h.task_id == 0))
+            throw MessageError(at + 8, notice ? "a worker's notice naming a task" : "a result with task id 0");
+        m.sender = h.sender;
+        body += sizeof(ResultHeader);
+    } else {
+        throw MessageError(at, "a message of unknown kind " + std::to_string(kind));
+    }
+    m.kind = kind;
+    if (body == size) throw MessageError(body, "a message without a body");
+    uint8_t first = uint8_t(data[body]);
+    if (first != kWireBody && first != kPickleBody)
+        throw MessageError(body, "a body that is neither a wire message nor a pickle");
+    m.body = data + body;
+    m.body_size = size - body;
+    m.body_offset = body;
+}
+
+}  // namespace
+
+Message read_message(const char* data, std::size_t size) {
+    if (size == 0) throw MessageError(0, "an empty message");
+    Message m;
+    uint8_t kind = uint8_t(data[0]);
+    if (kind == kFirstChunk || kind == kNextChunk) throw MessageError(0, "a chunk, not a whole message");
+    if (kind != kOutOfBand) {
+        read_inner(data, size, 0, m);
+        return m;
+    }
+    OutOfBandHeader h = read_header<OutOfBandHeader>(data, size, 0, "out-of-band message");
+    if (h.reserved8) throw MessageError(0, "an out-of-band header with reserved bits set");
+    if (h.buffers == 0) throw MessageError(6, "an out-of-band message with no buffers");
+    std::size_t records = std::size_t(h.buffers) * sizeof(BufferRecord);
+    if (size - sizeof h < records)
+        throw MessageError(sizeof h, std::to_string(h.buffers) + " buffer records, and " +
+                                         std::to_string(size - sizeof h) + " bytes left");
+    m.buffers = data + sizeof h;
+    m.buffer_count = h.buffers;
+    m.descriptors = h.descriptors;
+    for (std::size_t i = 0; i < h.buffers; ++i) {
+        BufferRecord r = m.buffer(i);
+        std::size_t at = sizeof h + i * sizeof r;
+        if (r.descriptor >= h.descriptors)
+            throw MessageError(at + offsetof(BufferRecord, descriptor),
+                               "a buffer in descriptor " + std::to_string(r.descriptor) + " of " +
+                                   std::to_string(h.descriptors));
+        for (uint8_t b : r.reserved)
+            if (b) throw MessageError(at + offsetof(BufferRecord, reserved), "a buffer record with reserved bits set");
+        if (r.offset > r.block.length || r.length > r.block.length - r.offset)
+            throw MessageError(at, "a buffer of " + std::to_string(r.length) + " bytes at offset " +
+                                       std::to_string(r.offset) + " of a block of " + std::to_string(r.block.length));
+    }
+    std::size_t inner = sizeof h + records;
+    if (inner == size) throw MessageError(inner, "an out-of-band message with nothing inside");
+    if (uint8_t(data[inner]) == kOutOfBand) throw MessageError(inner, "an out-of-band message inside another");
+    read_inner(data, size, inner, m);
+    m.sender = h.sender;
+    return m;
+}
+
+std::size_t chunk_count(std::size_t size, std::size_t limit) {
+    if (limit <= sizeof(FirstChunkHeader)) throw std::invalid_argument("a ring slot too small for a chunk");
+    if (size <= limit) throw std::invalid_argument("a message that fits in one slot is not cut into chunks");
+    std::size_t rest = size - (limit - sizeof(FirstChunkHeader));
+    std::size_t step = limit - sizeof(NextChunkHeader);
+    return 1 + (rest + step - 1) / step;
+}
+
+std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, std::size_t limit,
+                        std::size_t index, char* out) noexcept {
+    std::size_t first = limit - sizeof(FirstChunkHeader);
+    if (index == 0) {
+        FirstChunkHeader h{};
+        h.kind = kFirstChunk;
+        h.sender = sender;
+        h.total = size;
+        std::memcpy(out, &h, sizeof h);
+        std::memcpy(out + sizeof h, message, first);
+        return limit;
+    }
+    std::size_t step = limit - sizeof(NextChunkHeader);
+    std::size_t start = first + (index - 1) * step;
+    std::size_t n = size - start < step ? size - start : step;
+    NextChunkHeader h{};
+    h.kind = kNextChunk;
+    h.sender = sender;
+    std::memcpy(out, &h, sizeof h);
+    std::memcpy(out + sizeof h, message + start, n);
+    return sizeof h + n;
+}
+
+bool Reassembler::feed(const char* chunk, std::size_t size, std::string& out) {
+    if (size == 0) throw MessageError(0, "an empty chunk");
+    uint8_t kind = uint8_t(chunk[0]);
+    if (kind == kFirstChunk) {
+        FirstChunkHeader h = read_header<FirstChunkHeader>(chunk, size, 0, "first chunk");
+        if (h.reserved8 || h.reserved32) throw MessageError(0, "a chunk header with reserved bits set");
+        if (partial_.erase(h.sender))
+            throw MessageError(0, "a first chunk from sender " + std::to_string(h.sender) +
+                                      " before its last message was whole");
+        std::size_t n = size - sizeof h;
+        if (n >= h.total)
+            throw MessageError(8, "a first chunk of " + std::to_string(n) + " bytes of a message of " +
+                                      std::to_string(h.total) + ": it needs no chunks");
+        Partial& p = partial_[h.sender];
+        p.data.assign(chunk + sizeof h, n);
+        p.total = h.total;
+        return false;
+    }
+    if (kind != kNextChunk) throw MessageError(0, "neither a first nor a next chunk");
+    NextChunkHeader h = read_header<NextChunkHeader>(chunk, size, 0, "next chunk");
+    if (h.reserved8 || h.reserved32) throw MessageError(0, "a chunk header with reserved bits set");
+    auto it = partial_.find(h.sender);
+    if (it == partial_.end())
+        throw MessageError(0, "a next chunk from sender " + std::to_string(h.sender) + " with no first chunk before it");
+    Partial& p = it->second;
+    std::size_t n = size - sizeof h;
+    if (n == 0 || n > p.total - p.data.size()) {
+        uint64_t total = p.total;
+        partial_.erase(it);
+        throw MessageError(sizeof h, "chunks from sender " + std::to_string(h.sender) + " carry more than the " +
+                                         std::to_string(total) + " bytes announced, or an empty chunk");
+    }
+    p.data.append(chunk + sizeof h, n);
+    if (p.data.size() < p.total) return false;
+    out = std::move(p.data);
+    partial_.erase(it);
+    return true;
+}
+
+}  // namespace mizu::messages
