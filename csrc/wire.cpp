@@ -84,11 +84,7 @@ void Writer::put_array(const ArrayHeader& a) {
         detail::store(p, a.data.size);
         if (a.data.size) std::memcpy(p + 8, a.data.data, a.data.size);
     } else {
-        p = grow(8 + 4 + 8 + 8);
-        detail::store(p, a.ref.owner);
-        detail::store(p + 8, a.ref.segment);
-        detail::store(p + 12, a.ref.offset);
-        detail::store(p + 20, a.ref.nbytes);
+        detail::store(grow(4), a.buffer);
     }
 }
 
@@ -187,6 +183,7 @@ void Reader::array(ArrayHeader& a) {
     }
     uint64_t extent = count ? last + a.itemsize : 0;
     if (count && extent < last) fail(dims_at, "the strides reach beyond 64 bits");
+    a.extent = extent;
     std::size_t storage_at = pos_;
     uint8_t storage = byte("a storage kind");
     if (storage == uint8_t(Storage::inline_data)) {
@@ -198,14 +195,12 @@ void Reader::array(ArrayHeader& a) {
                               std::to_string(nbytes) + " bytes");
         if (extent > nbytes) fail(dims_at, "the strides reach past the inline data");
     } else if (storage == uint8_t(Storage::arena)) {
+        // Whether the elements fit the buffer is the decoder's to check:
+        // the records are the message's, not the value's.
         a.storage = Storage::arena;
-        need(28, "an arena reference");
-        a.ref.owner = detail::load<uint64_t>(data_ + pos_);
-        a.ref.segment = detail::load<uint32_t>(data_ + pos_ + 8);
-        a.ref.offset = detail::load<uint64_t>(data_ + pos_ + 12);
-        a.ref.nbytes = detail::load<uint64_t>(data_ + pos_ + 20);
-        if (extent > a.ref.nbytes) fail(dims_at, "the strides reach past the referenced bytes");
-        pos_ += 28;
+        need(4, "an out-of-band buffer's index");
+        a.buffer = detail::load<uint32_t>(data_ + pos_);
+        pos_ += 4;
     } else {
         fail(storage_at, "unknown array storage " + std::to_string(storage));
     }

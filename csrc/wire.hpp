@@ -18,7 +18,7 @@
 
 namespace mizu::wire {
 
-// 'W': differs from the ring frame kinds (0x01, 0x02) and pickle's 0x80.
+// 'W': differs from pickle's 0x80, the other first byte of a message's body.
 constexpr uint8_t kMagic = 0x57;
 constexpr uint8_t kVersion = 1;
 constexpr int kMaxDepth = 64;
@@ -57,15 +57,6 @@ struct Span {
     uint64_t size;
 };
 
-// Where an array's bytes live in the arena; the arena gives the numbers
-// their meaning.
-struct ArenaRef {
-    uint64_t owner;
-    uint32_t segment;
-    uint64_t offset;
-    uint64_t nbytes;
-};
-
 struct ArrayHeader {
     char typestr[5];  // numpy's dtype.str, NUL-terminated: "<f8", "|b1"
     uint32_t itemsize;
@@ -73,8 +64,9 @@ struct ArrayHeader {
     uint64_t shape[kMaxDims];
     int64_t strides[kMaxDims];  // bytes
     Storage storage;
-    Span data;     // storage == inline_data
-    ArenaRef ref;  // storage == arena
+    Span data;        // storage == inline_data
+    uint32_t buffer;  // storage == arena: the message's out-of-band buffer record (csrc/messages.hpp)
+    uint64_t extent;  // bytes from the first to one past the last element, as the Reader found
 };
 
 struct PickleBlob {

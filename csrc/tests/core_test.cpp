@@ -720,8 +720,7 @@ struct Render {
         if (a.storage == wire::Storage::inline_data)
             out += "]=" + std::string(a.data.data, a.data.size) + " ";
         else
-            out += "]@" + std::to_string(a.ref.owner) + ":" + std::to_string(a.ref.segment) + ":" +
-                   std::to_string(a.ref.offset) + ":" + std::to_string(a.ref.nbytes) + " ";
+            out += "]@" + std::to_string(a.buffer) + ":" + std::to_string(a.extent) + " ";
     }
     void pickle(const wire::PickleBlob& p) { out += "P" + std::string(p.data.data, p.data.size) + " "; }
 };
@@ -781,7 +780,7 @@ std::string sample_message() {
     col.shape[0] = 2;
     col.strides[0] = 8;
     col.storage = wire::Storage::arena;
-    col.ref = {7, 3, 4096, 16};
+    col.buffer = 7;
     w.put_array(col);
     return message_of(w);
 }
@@ -790,7 +789,7 @@ void wire_round_trips() {
     std::string msg = sample_message();
     CHECK(uint8_t(msg[0]) == wire::kMagic && msg[1] == wire::kVersion);
     CHECK(render(msg) == "t9( None True -9223372036854775808 -0.5 'h\xc3\xa9' b'" + std::string("\0x", 2) +
-                             "' l0( ) m2( k: Ppk : a|u1[2/3,3/1,]=abcdef ) D1( c: a<f8[2/8,]@7:3:4096:16 ) ) ");
+                             "' l0( ) m2( k: Ppk : a|u1[2/3,3/1,]=abcdef ) D1( c: a<f8[2/8,]@7:16 ) ) ");
     // Growing past the writer's inline buffer keeps what was written.
     wire::Writer w;
     w.begin_message();

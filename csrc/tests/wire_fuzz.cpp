@@ -24,7 +24,7 @@ struct Touch {
     void end(mizu::wire::Tag) {}
     void array(const mizu::wire::ArrayHeader& a) {
         if (a.storage == mizu::wire::Storage::inline_data) span(a.data);
-        else sum += a.ref.nbytes;
+        else sum += a.buffer + a.extent;
     }
     void pickle(const mizu::wire::PickleBlob& p) { span(p.data); }
 };

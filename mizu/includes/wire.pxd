@@ -31,12 +31,6 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         const char* data
         uint64_t size
 
-    cdef struct ArenaRef:
-        uint64_t owner
-        uint32_t segment
-        uint64_t offset
-        uint64_t nbytes
-
     cdef struct ArrayHeader:
         char typestr[5]
         uint32_t itemsize
@@ -45,7 +39,8 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         int64_t strides[32]
         Storage storage
         Span data
-        ArenaRef ref
+        uint32_t buffer
+        uint64_t extent
 
     cdef struct PickleBlob:
         uint32_t buffers

@@ -22,11 +22,12 @@ def run_rscript(library, code, pass_fds=()):
 
 
 # An R process that answers requests on its stdin and stdout: each request
-# is R code, a wire message and the block references sent with it, plus the
-# inline limit for its answer. R decodes the message into `x`, evaluates the
-# code with `x` bound, and answers with the wire message of the code's value
-# and the references to the arena blocks that message names, or with the
-# text of the R error. `x` is bound once, so R may modify it in place.
+# is R code, a wire message, the out-of-band buffer records of the arena
+# arrays it names (csrc/messages.hpp) and the descriptors they index, plus
+# the inline limit for its answer. R decodes the message into `x`, evaluates
+# the code with `x` bound, and answers with the wire message of the code's
+# value and the records of the arena blocks that message names, or with
+# the text of the R error. `x` is bound once, so R may modify it in place.
 _SERVE = r"""
 library(mizu)
 input <- file("stdin", "rb")
@@ -41,17 +42,16 @@ number <- function(n, size) as.raw((n %/% 256^(seq_len(size) - 1)) %% 256)
 repeat {
     code <- rawToChar(read_raw(read_number(4)))
     message <- read_raw(read_number(8))
-    count <- read_number(4)
-    blocks <- read_raw(40 * count)
-    fds <- readBin(input, "integer", count, size = 4, endian = "little")
+    records <- read_raw(64 * read_number(4))
+    fds <- readBin(input, "integer", read_number(4), size = 4, endian = "little")
     fds[fds < 0] <- NA_integer_
     limit <- read_number(8)
     answer <- tryCatch({
         env <- new.env(parent = globalenv())
-        env$x <- mizu:::decode(message, blocks, fds)
+        env$x <- mizu:::decode(message, records, fds)
         encoded <- mizu:::encode(eval(parse(text = code), env), limit)
         c(as.raw(0), number(length(encoded$message), 8), encoded$message,
-          number(length(encoded$blocks) %/% 40, 4), encoded$blocks)
+          number(length(encoded$records) %/% 64, 4), encoded$records)
     }, error = function(e) c(as.raw(1), charToRaw(enc2utf8(conditionMessage(e)))))
     writeBin(c(number(length(answer), 8), answer), output)
     flush(output)
@@ -78,18 +78,23 @@ class RSession:
         return self.process.pid
 
     def request(self, code, message, shares=(), inline_limit=1 << 16):
-        """(message, R's block references) that R answers: `code`'s value with x = the decoded `message`.
+        """(message, R's buffer records) that R answers: `code`'s value with x = the decoded `message`.
 
-        shares are (Block.share() bytes, segment descriptor) for the arena
-        arrays the message names; a descriptor this process did not pass
-        at the start is sent as -1, and R maps the segment through /proc.
+        shares are (Block.share() bytes, segment descriptor, offset, length)
+        for the message's out-of-band buffers, in order; a descriptor this
+        process did not pass at the start is sent as -1, and R maps the
+        segment through /proc.
         """
-        refs = b"".join(ref for ref, _ in shares)
-        fds = [fd if fd in self.inherited else -1 for _, fd in shares]
+        fds, records = [], []
+        for ref, fd, offset, length in shares:
+            if fd not in fds:
+                fds.append(fd)
+            records.append(ref + struct.pack("<QQH6x", offset, length, fds.index(fd)))
+        fds = [fd if fd in self.inherited else -1 for fd in fds]
         code = code.encode()
         request = b"".join([struct.pack("<I", len(code)), code, struct.pack("<Q", len(message)), message,
-                            struct.pack("<I", len(shares)), refs, struct.pack(f"<{len(fds)}i", *fds),
-                            struct.pack("<Q", inline_limit)])
+                            struct.pack("<I", len(records)), *records, struct.pack("<I", len(fds)),
+                            struct.pack(f"<{len(fds)}i", *fds), struct.pack("<Q", inline_limit)])
         self.process.stdin.write(request)
         self.process.stdin.flush()
         header = self.process.stdout.read(8)
@@ -102,9 +107,9 @@ class RSession:
         (size,) = struct.unpack_from("<Q", answer, 1)
         message = answer[9:9 + size]
         (count,) = struct.unpack_from("<I", answer, 9 + size)
-        blocks = answer[13 + size:]
-        assert len(blocks) == 40 * count
-        return message, [blocks[40 * k:40 * k + 40] for k in range(count)]
+        records = answer[13 + size:]
+        assert len(records) == 64 * count
+        return message, [records[64 * k:64 * k + 64] for k in range(count)]
 
     def close(self):
         self.process.stdin.close()

@@ -13,14 +13,15 @@ from rsession import run_rscript
 _ENSURE = "from mizu import _rpackage; print(_rpackage.ensure_installed())"
 
 
-def _python(code, **env):
-    return subprocess.Popen([sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, **env))
+def _python(code, cwd, **env):
+    """A Python child running code, from cwd: outside the source folder."""
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **env), cwd=cwd)
 
 
 def test_processes_racing_to_build_build_once(tmp_path):
     library = tmp_path / "library"
-    racers = [_python(_ENSURE, MIZU_R_LIBRARY=str(library)) for _ in range(2)]
+    racers = [_python(_ENSURE, tmp_path, MIZU_R_LIBRARY=str(library)) for _ in range(2)]
     results = [racer.communicate(timeout=600) for racer in racers]
     assert [racer.returncode for racer in racers] == [0, 0], results
     assert [out.strip() for out, _ in results] == [str(library)] * 2
@@ -28,15 +29,15 @@ def test_processes_racing_to_build_build_once(tmp_path):
     assert len(building) == 1, results
     assert run_rscript(library, "library(mizu); cat(mizu:::decode(mizu:::encode(41L)$message) + 1L)") == "42"
     # Built already: the command-line spelling says where, and builds nothing.
-    done = subprocess.run([sys.executable, "-P", "-m", "mizu._rpackage"], capture_output=True, text=True,
-                          env=dict(os.environ, MIZU_R_LIBRARY=str(library)), timeout=60)
+    done = subprocess.run([sys.executable, "-m", "mizu._rpackage"], capture_output=True, text=True,
+                          env=dict(os.environ, MIZU_R_LIBRARY=str(library)), timeout=60, cwd=tmp_path)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(library), "")
 
 
 def test_a_build_without_a_compiler_says_what_to_install(tmp_path):
     makevars = tmp_path / "Makevars"
     makevars.write_text("CXX17 = /nonexistent/bin/g++\n")
-    racer = _python(_ENSURE, MIZU_R_LIBRARY=str(tmp_path / "library"), R_MAKEVARS_USER=str(makevars))
+    racer = _python(_ENSURE, tmp_path, MIZU_R_LIBRARY=str(tmp_path / "library"), R_MAKEVARS_USER=str(makevars))
     _, err = racer.communicate(timeout=600)
     assert racer.returncode != 0
     assert "RPackageBuildError" in err and "apt-get install r-base-dev" in err, err
@@ -55,3 +56,11 @@ def test_the_default_library_is_keyed_by_r_and_mizu_versions(monkeypatch, tmp_pa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     r_version = run_rscript(tmp_path, "cat(as.character(getRversion()))")
     assert _rpackage.library_dir() == tmp_path / "mizu" / f"R-{r_version}-mizu-{mizu.__version__}"
+
+
+def test_the_r_package_s_own_tests_pass(r_library):
+    """The R package's testthat tests, run by Rscript against the package as it is installed."""
+    tests = os.path.join(os.path.dirname(_rpackage.__file__), "rpackage", "tests", "testthat")
+    code = (f"testthat::test_dir({tests!r}, package = 'mizu', load_package = 'installed', "
+            "reporter = 'summary', stop_on_failure = TRUE)")
+    run_rscript(r_library, code)

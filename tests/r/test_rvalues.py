@@ -54,14 +54,14 @@ def _arena_record(arr, shares):
     block, low, span = mizu.arena_block(arr)
     assert all(stride >= 0 for stride in arr.strides)
     typestr = arr.dtype.str.encode()
-    shares.append((block.share(), block.fd))
+    shares.append((block.share(), block.fd, low, span))
     return b"".join([b"a", bytes([len(typestr)]), typestr, struct.pack("<IB", arr.itemsize, arr.ndim),
                      struct.pack(f"<{arr.ndim}Q", *arr.shape), struct.pack(f"<{arr.ndim}q", *arr.strides),
-                     b"\x01", struct.pack("<QIQQ", block.arena_id, block.segment_id, block.offset + low, span)])
+                     b"\x01", struct.pack("<I", len(shares) - 1)])
 
 
 def message(value):
-    """The wire message of value and the (reference, descriptor) of each arena block it names."""
+    """The wire message of value and the (reference, descriptor, offset, length) of each buffer it names."""
     shares = []
     return b"W\x01" + _fragment(value, shares), shares
 
@@ -118,20 +118,19 @@ class _Reader:
         if self.take("<B") == 0:
             data = self.span()
         else:
-            owner, segment, offset, nbytes = self.take("<QIQQ")
-            block = self.blocks[owner, segment, offset]
-            data = bytes(memoryview(block)[:nbytes])
+            block, offset, length = self.blocks[self.take("<I")]
+            data = bytes(memoryview(block)[offset:offset + length])
         dtype = np.dtype(typestr)
         assert dtype.itemsize == itemsize
         return np.ndarray(shape, dtype, buffer=data, strides=strides).copy()
 
 
-def read_answer(data, refs):
-    """R's answer, opening (and then dropping) the blocks of R's arena it names."""
-    blocks = {}
-    for ref in refs:
-        block = open_block(ref)
-        blocks[block.arena_id, block.segment_id, block.offset] = block
+def read_answer(data, records):
+    """R's answer, opening (and then dropping) the blocks of R's arena its buffer records name."""
+    blocks = []
+    for record in records:
+        offset, length = struct.unpack_from("<QQ", record, 40)
+        blocks.append((open_block(record[:40]), offset, length))
     return _Reader(data, blocks).value()
 
 

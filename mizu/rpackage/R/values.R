@@ -1,17 +1,19 @@
 # Wire values to R and back, and the views of arena blocks they use. Internal:
 # the worker loop calls the same C++ directly; these serve tests and debugging.
 
-# The R value of a wire message (a raw vector). `blocks` holds the 40-byte
-# references (Block.share()) of the arena blocks it names, and `fds` a
-# descriptor of each one's segment open in this process, or NA to reach it
-# through /proc/<pid>/fd of the process that shared it.
-decode <- function(message, blocks = raw(), fds = rep(NA_integer_, length(blocks) %/% 40L)) {
-    .Call(C_decode, message, blocks, as.integer(fds))
+# The R value of a wire message (a raw vector). `records` holds the 64-byte
+# out-of-band buffer records (csrc/messages.hpp) its arena arrays name, and
+# `fds[d + 1]` a descriptor, open in this process, of the segment of the
+# records whose descriptor is d, or NA to reach it through /proc/<pid>/fd of
+# the process that shared it.
+decode <- function(message, records = raw(), fds = integer()) {
+    .Call(C_decode, message, records, as.integer(fds))
 }
 
-# list(message =, blocks =): the wire message of `value`, its arrays of more
-# than `inline_limit` bytes in blocks of this process's arena, whose
-# references `blocks` holds for the receiver to adopt.
+# list(message =, records =, fds =): the wire message of `value`, its arrays
+# of more than `inline_limit` bytes in blocks of this process's arena, their
+# out-of-band records (whose references the receiver adopts) and their
+# segments' descriptors here.
 encode <- function(value, inline_limit = 65536) {
     .Call(C_encode, value, as.double(inline_limit))
 }

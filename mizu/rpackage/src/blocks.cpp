@@ -117,38 +117,38 @@ std::unique_ptr<MappedBlock> MappedBlock::remap() const {
     return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_});
 }
 
-BlockTable::BlockTable(const std::vector<BlockRef>& blocks, const std::vector<int>& fds) {
-    if (blocks.size() != fds.size())
-        throw std::invalid_argument(std::to_string(blocks.size()) + " block references with " +
-                                    std::to_string(fds.size()) + " descriptors");
-    entries_.reserve(blocks.size());
-    for (std::size_t i = 0; i < blocks.size(); ++i) entries_.push_back({blocks[i], fds[i], false});
+BlockTable::BlockTable(const std::vector<messages::BufferRecord>& records, const std::vector<int>& fds) {
+    entries_.reserve(records.size());
+    for (const messages::BufferRecord& r : records) {
+        if (r.descriptor >= fds.size())
+            throw std::invalid_argument("a buffer record names descriptor " + std::to_string(r.descriptor) + " of " +
+                                        std::to_string(fds.size()));
+        entries_.push_back({r, fds[r.descriptor], false});
+    }
 }
 
 BlockTable::~BlockTable() {
     for (const Entry& e : entries_) {
         if (e.taken) continue;
         try {
-            BlockHold dropped(e.block, e.fd);
+            BlockHold dropped(e.record.block, e.fd);
         } catch (const std::exception&) {
             // A reference that cannot be opened holds nothing to give back.
         }
     }
 }
 
-BlockSource BlockTable::resolve(const wire::ArenaRef& ref) {
-    for (Entry& e : entries_) {
-        const BlockRef& b = e.block;
-        if (e.taken || b.arena_id != ref.owner || b.segment_id != ref.segment || ref.offset < b.offset) continue;
-        uint64_t start = ref.offset - b.offset;
-        if (start > b.length || ref.nbytes > b.length - start) continue;
-        e.taken = true;
-        return {b, e.fd, start, ref.nbytes};
-    }
-    throw std::invalid_argument("the message names " + std::to_string(ref.nbytes) + " bytes at offset " +
-                                std::to_string(ref.offset) + " of segment " + std::to_string(ref.segment) +
-                                " of arena " + hex(ref.owner) +
-                                ", which no block reference sent with it covers (or another array took it)");
+BlockSource BlockTable::resolve(uint32_t buffer, uint64_t extent) {
+    if (buffer >= entries_.size())
+        throw std::invalid_argument("an array in out-of-band buffer " + std::to_string(buffer) + " of a message with " +
+                                    std::to_string(entries_.size()));
+    Entry& e = entries_[buffer];
+    if (e.taken) throw std::invalid_argument("two arrays in out-of-band buffer " + std::to_string(buffer));
+    if (extent > e.record.length)
+        throw std::invalid_argument("an array of " + std::to_string(extent) + " bytes in out-of-band buffer " +
+                                    std::to_string(buffer) + " of " + std::to_string(e.record.length) + " bytes");
+    e.taken = true;
+    return {e.record.block, e.fd, e.record.offset, e.record.length};
 }
 
 }  // namespace mizu::r

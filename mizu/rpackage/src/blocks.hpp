@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "arena.hpp"
-#include "wire.hpp"
+#include "messages.hpp"
 
 namespace mizu::r {
 
@@ -25,14 +25,15 @@ struct BlockSource {
     uint64_t nbytes;
 };
 
-// Maps a message's arena references to the block references that came with
-// it. Each reference is handed out once: whoever receives it adopts it.
-// Implementations must not call R.
+// Maps the out-of-band buffers a wire array names (by index) to the block
+// references that came with its message (csrc/messages.hpp). Each is handed
+// out once: whoever receives it adopts it. Implementations must not call R.
 class BlockResolver {
 public:
-    // Throws std::invalid_argument when the message names bytes no
-    // reference it came with covers.
-    virtual BlockSource resolve(const wire::ArenaRef& ref) = 0;
+    // The bytes of buffer `buffer`, which must hold `extent` bytes. Throws
+    // std::invalid_argument when the message has no such buffer, it is too
+    // short, or another array took it.
+    virtual BlockSource resolve(uint32_t buffer, uint64_t extent) = 0;
 
 protected:
     ~BlockResolver() = default;
@@ -108,22 +109,24 @@ private:
     uint64_t size_;
 };
 
-// A resolver over a list of references and the descriptors of their
-// segments in this process: a message's out-of-band records. References
-// it never handed out are dropped when it is destroyed.
+// A resolver over a message's out-of-band records and the descriptors
+// that came with it, open in this process. References it never handed out
+// are dropped when it is destroyed.
 class BlockTable final : public BlockResolver {
 public:
-    // fds[i] is blocks[i]'s BlockSource::fd.
-    BlockTable(const std::vector<BlockRef>& blocks, const std::vector<int>& fds);
+    // fds[d] is the segment of the records whose descriptor is d, or -1 (see
+    // BlockSource::fd). Throws std::invalid_argument for a record naming a
+    // descriptor fds does not have.
+    BlockTable(const std::vector<messages::BufferRecord>& records, const std::vector<int>& fds);
     ~BlockTable();
     BlockTable(const BlockTable&) = delete;
     BlockTable& operator=(const BlockTable&) = delete;
 
-    BlockSource resolve(const wire::ArenaRef& ref) override;
+    BlockSource resolve(uint32_t buffer, uint64_t extent) override;
 
 private:
     struct Entry {
-        BlockRef block;
+        messages::BufferRecord record;
         int fd;
         bool taken;
     };

@@ -363,7 +363,7 @@ private:
     }
 
     void fill_view(SEXP view, const ArrayHeader& a, R_xlen_t count) {
-        BlockSource source = resolver_.resolve(a.ref);
+        BlockSource source = resolver_.resolve(a.buffer, a.extent);
         source.nbytes = uint64_t(count) * a.itemsize;
         auto block = std::make_unique<MappedBlock>(source);
         if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->data()), count);
@@ -371,7 +371,7 @@ private:
     }
 
     void copy_from_block(void* dst, const ArrayHeader& a, const ArrayPlan& plan, R_xlen_t count) {
-        BlockSource source = resolver_.resolve(a.ref);
+        BlockSource source = resolver_.resolve(a.buffer, a.extent);
         BlockHold hold(source.block, source.fd);
         convert_elements(dst, hold.shared_data() + source.start, a, plan, count);
     }

@@ -1,5 +1,6 @@
 // The package's .Call routines and their registration. Each reads its R
 // arguments before it makes any object with a destructor (unwind.hpp).
+#include <algorithm>
 #include <R_ext/Rdynload.h>
 
 #include <cerrno>
@@ -94,33 +95,32 @@ SEXP named_numbers(std::initializer_list<std::pair<const char*, double>> items) 
 
 extern "C" {
 
-// decode(message, blocks, fds): blocks holds Block.share() references, 40
-// bytes each; fds a descriptor of each one's segment, or NA.
-SEXP mizu_decode(SEXP message, SEXP blocks, SEXP fds) {
+// decode(message, records, fds): records holds the message's out-of-band
+// buffer records (csrc/messages.hpp), 64 bytes each; fds[d + 1] a
+// descriptor of the segment of the records whose descriptor is d, or NA.
+SEXP mizu_decode(SEXP message, SEXP records, SEXP fds) {
     return entry([&] {
         if (TYPEOF(message) != RAWSXP) throw std::invalid_argument("message must be a raw vector");
-        if (TYPEOF(blocks) != RAWSXP || TYPEOF(fds) != INTSXP)
-            throw std::invalid_argument("blocks must be a raw vector and fds an integer vector");
-        const char* data = reinterpret_cast<const char*>(RAW(message));
-        std::size_t size = std::size_t(XLENGTH(message));
-        const Rbyte* raw_refs = RAW(blocks);
+        if (TYPEOF(records) != RAWSXP || TYPEOF(fds) != INTSXP)
+            throw std::invalid_argument("records must be a raw vector and fds an integer vector");
+        std::size_t bytes = std::size_t(XLENGTH(records));
+        if (bytes % sizeof(messages::BufferRecord))
+            throw std::invalid_argument("records must hold whole 64-byte buffer records");
+        std::vector<messages::BufferRecord> table(bytes / sizeof(messages::BufferRecord));
+        if (bytes) std::memcpy(table.data(), RAW(records), bytes);
         const int* raw_fds = INTEGER(fds);
-        std::size_t nrefs = std::size_t(XLENGTH(blocks)) / sizeof(BlockRef), nfds = std::size_t(XLENGTH(fds));
-        if (std::size_t(XLENGTH(blocks)) % sizeof(BlockRef))
-            throw std::invalid_argument("blocks must hold whole 40-byte block references");
-        std::vector<BlockRef> refs(nrefs);
-        if (nrefs) std::memcpy(refs.data(), raw_refs, nrefs * sizeof(BlockRef));
-        std::vector<int> descriptors(raw_fds, raw_fds + nfds);
+        std::vector<int> descriptors(raw_fds, raw_fds + XLENGTH(fds));
         for (int& fd : descriptors)
             if (fd == NA_INTEGER) fd = -1;
-        BlockTable table(refs, descriptors);
-        return decode_message(data, size, table);
+        BlockTable blocks(table, descriptors);
+        return decode_message(reinterpret_cast<const char*>(RAW(message)), std::size_t(XLENGTH(message)), blocks);
     });
 }
 
-// encode(value, inline_limit): list(message =, blocks =), blocks holding a
-// 40-byte reference for each arena block the message names, for its
-// receiver to adopt.
+// encode(value, inline_limit): list(message =, records =, fds =): the wire
+// message of value, the out-of-band records of the arena blocks it names
+// (64 bytes each; each reference is the receiver's to adopt) and the
+// descriptors of their segments here.
 SEXP mizu_encode(SEXP value, SEXP inline_limit) {
     return entry([&] {
         EncodeOptions options;
@@ -134,11 +134,15 @@ SEXP mizu_encode(SEXP value, SEXP inline_limit) {
         SEXP result = r_call([&] {
             SEXP message = PROTECT(Rf_allocVector(RAWSXP, R_xlen_t(w.size())));
             std::memcpy(RAW(message), w.data(), w.size());
-            const std::vector<BlockRef>& placed = out.blocks();
-            SEXP refs = PROTECT(Rf_allocVector(RAWSXP, R_xlen_t(placed.size() * sizeof(BlockRef))));
-            if (!placed.empty()) std::memcpy(RAW(refs), placed.data(), placed.size() * sizeof(BlockRef));
-            SEXP list = named_list({{"message", message}, {"blocks", refs}});
-            UNPROTECT(2);
+            const std::vector<messages::BufferRecord>& placed = out.records();
+            std::size_t bytes = placed.size() * sizeof(messages::BufferRecord);
+            SEXP records = PROTECT(Rf_allocVector(RAWSXP, R_xlen_t(bytes)));
+            if (bytes) std::memcpy(RAW(records), placed.data(), bytes);
+            const std::vector<int>& descriptors = out.descriptors();
+            SEXP fds = PROTECT(Rf_allocVector(INTSXP, R_xlen_t(descriptors.size())));
+            std::copy(descriptors.begin(), descriptors.end(), INTEGER(fds));
+            SEXP list = named_list({{"message", message}, {"records", records}, {"fds", fds}});
+            UNPROTECT(3);
             return list;
         });
         out.hand_over();

@@ -357,7 +357,7 @@ private:
         std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
         if (nbytes > options_.inline_limit) {
             h.storage = wire::Storage::arena;
-            fill(out_.alloc(arena_, nbytes, h.ref));
+            fill(out_.alloc(arena_, nbytes, h.buffer));
             w_.put_array(h);
             return;
         }
@@ -386,20 +386,27 @@ private:
 }  // namespace
 
 OutgoingBlocks::~OutgoingBlocks() {
-    for (std::size_t i = 0; i < blocks_.size(); ++i) release_block(bases_[i], blocks_[i].offset);
+    for (std::size_t i = 0; i < records_.size(); ++i) release_block(bases_[i], records_[i].block.offset);
 }
 
-char* OutgoingBlocks::alloc(Arena& arena, std::size_t nbytes, wire::ArenaRef& ref) {
-    blocks_.reserve(blocks_.size() + 1);
+char* OutgoingBlocks::alloc(Arena& arena, std::size_t nbytes, uint32_t& buffer) {
+    records_.reserve(records_.size() + 1);
     bases_.reserve(bases_.size() + 1);
+    fds_.reserve(fds_.size() + 1);
     Allocation a = arena.alloc(nbytes);
     // The arena keeps the segment while the block lives.
-    char* base = arena.segment(a.segment_id)->base();
-    int fd = arena.segment(a.segment_id)->fd();
-    blocks_.push_back(BlockRef{arena.id(), a.offset, nbytes, a.segment_id, current_pid(), fd, a.generation});
-    bases_.push_back(base);
-    ref = {arena.id(), a.segment_id, a.offset, nbytes};
-    return base + a.offset;
+    std::shared_ptr<Segment> seg = arena.segment(a.segment_id);
+    int fd = seg->fd();
+    messages::BufferRecord r{};
+    r.block = BlockRef{arena.id(), a.offset, nbytes, a.segment_id, current_pid(), fd, a.generation};
+    r.length = nbytes;
+    auto known = std::find(fds_.begin(), fds_.end(), fd);
+    r.descriptor = uint16_t(known - fds_.begin());
+    if (known == fds_.end()) fds_.push_back(fd);
+    buffer = uint32_t(records_.size());
+    records_.push_back(r);
+    bases_.push_back(seg->base());
+    return seg->base() + a.offset;
 }
 
 Arena& worker_arena() {

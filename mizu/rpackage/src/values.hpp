@@ -8,6 +8,7 @@
 
 #include "arena.hpp"
 #include "blocks.hpp"
+#include "messages.hpp"
 #include "r_api.hpp"
 #include "wire.hpp"
 
@@ -20,9 +21,11 @@ namespace mizu::r {
 // (out of memory). Calls r_call, so it may not run inside one.
 SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver);
 
-// The blocks an encoding placed in this process's arena, each with the one
-// reference its receiver adopts. Until hand_over(), destroying this drops
-// those references, so a message that is never sent frees its blocks.
+// The blocks an encoding placed in this process's arena: the message's
+// out-of-band records, each with the one reference its receiver adopts, and
+// the descriptors of their segments here. Until hand_over(), destroying
+// this drops those references, so a message that is never sent frees its
+// blocks.
 class OutgoingBlocks {
 public:
     OutgoingBlocks() = default;
@@ -30,18 +33,23 @@ public:
     OutgoingBlocks(const OutgoingBlocks&) = delete;
     OutgoingBlocks& operator=(const OutgoingBlocks&) = delete;
 
-    // A new block of `nbytes` in `arena`, its reference recorded here.
-    char* alloc(Arena& arena, std::size_t nbytes, wire::ArenaRef& ref);
-    const std::vector<BlockRef>& blocks() const noexcept { return blocks_; }
-    // The references now belong to whoever receives blocks().
+    // A new block of `nbytes` in `arena`, recorded here; `buffer` is set to
+    // its record's index.
+    char* alloc(Arena& arena, std::size_t nbytes, uint32_t& buffer);
+    const std::vector<messages::BufferRecord>& records() const noexcept { return records_; }
+    // The descriptors the records name, in their order.
+    const std::vector<int>& descriptors() const noexcept { return fds_; }
+    // The references now belong to whoever receives records().
     void hand_over() noexcept {
-        blocks_.clear();
+        records_.clear();
         bases_.clear();
+        fds_.clear();
     }
 
 private:
-    std::vector<BlockRef> blocks_;
+    std::vector<messages::BufferRecord> records_;
     std::vector<char*> bases_;  // of their segments here
+    std::vector<int> fds_;
 };
 
 struct EncodeOptions {

@@ -11,5 +11,5 @@ inline_array <- function(typestr, shape, strides, data) {
 }
 round_trip <- function(value, ...) {
     encoded <- encode(value, ...)
-    decode(encoded$message, encoded$blocks)
+    decode(encoded$message, encoded$records, encoded$fds)
 }

@@ -71,8 +71,8 @@ test_that("values with no wire form are errors naming their class", {
     expect_error(encode(quote(f(x))), "class \"call\"")
     expect_error(encode(list(1, list(quote(x)))), "class \"name\"")
     expect_error(encode(data.frame(a = 1)), "class \"data.frame\" .* data frames come later")
-    setClass("mizuTestPoint", representation(x = "numeric"), where = globalenv())
-    expect_error(encode(new("mizuTestPoint", x = 1)), "class \"mizuTestPoint\"")
+    methods::setClass("mizuTestPoint", methods::representation(x = "numeric"), where = globalenv())
+    expect_error(encode(methods::new("mizuTestPoint", x = 1)), "class \"mizuTestPoint\"")
 })
 
 test_that("lists nest at most 64 deep", {

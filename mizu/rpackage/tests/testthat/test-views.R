@@ -2,7 +2,7 @@
 # message adopts the block reference encode() took and views the block.
 big_view <- function(value) {
     encoded <- encode(value, inline_limit = 0)
-    decode(encoded$message, encoded$blocks)
+    decode(encoded$message, encoded$records, encoded$fds)
 }
 
 counted <- function(expr) {
@@ -96,8 +96,8 @@ test_that("a block reference is adopted once", {
     # Keeps the arena's segment mapped here, so that block_view needs no descriptor.
     kept <- big_view(runif(100))
     encoded <- encode(runif(100), inline_limit = 0)
-    v <- decode(encoded$message, encoded$blocks)
-    expect_error(decode(encoded$message), "no block reference sent with it covers")
+    v <- decode(encoded$message, encoded$records, encoded$fds)
+    expect_error(decode(encoded$message), "an array in out-of-band buffer 0 of a message with 0")
     info <- view_info(v)
     rm(v)
     gc()
@@ -110,7 +110,7 @@ test_that("an int32 block holding NA_integer_ is refused, and its reference drop
     gc()
     before <- arena_stats()[["blocks"]]
     encoded <- encode(c(1:10, NA), inline_limit = 0)
-    expect_error(decode(encoded$message, encoded$blocks), "unknown tag 0x4d")
+    expect_error(decode(encoded$message, encoded$records, encoded$fds), "unknown tag 0x4d")
     gc()
     expect_equal(arena_stats()[["blocks"]], before)
 })
