@@ -9,7 +9,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 def test_paired_runs_two_interpreters_in_alternation():
-    out = subprocess.run([sys.executable, "-P", os.path.join(BENCHMARKS, "mizu-paired.py"), sys.executable,
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "mizu-paired.py"), sys.executable,
                           sys.executable, "--row", "map", "--workers", "2", "--pairs", "4", "--tasks", "200"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert re.fullmatch(r"map, 4 pairs of 200 tasks: A [\d.]+ us, B [\d.]+ us per task \(medians\); "

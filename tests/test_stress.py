@@ -64,7 +64,7 @@ SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "benc
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the soak reads /proc")
 def test_a_short_soak_runs_to_its_verdict():
     """A tiny run keeps benchmarks/mizu-soak.py working; the full soak is run by hand."""
-    run = subprocess.run([sys.executable, "-P", SOAK, "--tasks", "3000", "--arrays", "6", "--array-mb", "2",
+    run = subprocess.run([sys.executable, SOAK, "--tasks", "3000", "--arrays", "6", "--array-mb", "2",
                           "--intervals", "2", "--workers", "2"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "arrays: 6 in" in run.stdout and "arrays  memfd segments" in run.stdout
