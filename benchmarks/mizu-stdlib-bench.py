@@ -41,6 +41,20 @@ def round_trip(pool, n):
     return (time.perf_counter() - start) / n
 
 
+def loaded_round_trip(pool, n):
+    """round_trip while a busy process per CPU keeps every CPU busy."""
+    import subprocess
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.2)
+        return round_trip(pool, n)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def pipelined(pool, n):
     """Seconds per task: submit n, then wait for all."""
     start = time.perf_counter()
@@ -90,6 +104,33 @@ def idle_share(make, seconds):
         return (cpu_seconds(pids) - before) / (time.monotonic() - start)
 
 
+def create_and_shut_down(make, method, workers):
+    """Seconds to make a pool with this start method, get one result from each worker and shut it down."""
+    import multiprocessing
+
+    start = time.perf_counter()
+    with make(workers, multiprocessing.get_context(method)) as pool:
+        list(pool.map(trivial, range(workers)))
+    return time.perf_counter() - start
+
+
+def pss_per_worker(make, method, workers):
+    """Proportional set size, in MB, of each idle worker of a pool that ran a trivial task in each (Linux)."""
+    import multiprocessing
+
+    with make(workers, multiprocessing.get_context(method)) as pool:
+        list(pool.map(time.sleep, [0.05] * workers, chunksize=1))
+        time.sleep(0.5)
+        total = 0
+        children = multiprocessing.active_children()
+        for child in children:
+            with open(f"/proc/{child.pid}/smaps_rollup") as smaps:
+                for line in smaps:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+        return total / max(1, len(children)) / 1e6
+
+
 def pools():
     kinds = [("mizu", lambda w: mizu.ProcessPoolExecutor(w)),
              ("ProcessPool", lambda w: cf.ProcessPoolExecutor(w)),
@@ -133,6 +174,7 @@ def main(argv=None):
         ("pipelined throughput, 1 worker", "us/task", 1, pipelined, 50_000 // scale, 1e6),
         ("map overhead, trivial fn, 4 workers", "us/elt", 4, map_overhead, 50_000 // scale, 1e6),
         ("map of 2,000 ~5 us tasks, 4 workers", "ms", 4, map_work, 2_000, 1e3),
+        ("round trip, 1 worker, a busy process per CPU", "us/task", 1, loaded_round_trip, 5_000 // scale, 1e6),
     ]
     kinds = pools()
     samples = {(row[0], name): [] for row in rows for name, _ in kinds}
@@ -146,6 +188,23 @@ def main(argv=None):
                 count = n if not slow or run is map_work else max(200, n // 20)
                 for _ in range(args.repeats):
                     samples[(title, name)].append(run(pool, count))
+    process_pools = [("mizu", mizu.ProcessPoolExecutor), ("ProcessPool", cf.ProcessPoolExecutor)]
+    lifecycle = []
+    for method in ("fork", "forkserver", "spawn"):
+        lifecycle.append((f"create, a task per worker, shut down: 4 workers, {method}", "ms", 1e3,
+                          lambda make, m=method: create_and_shut_down(make, m, 4)))
+    if os.path.exists("/proc/self/smaps_rollup"):
+        for method in ("fork", "spawn"):
+            lifecycle.append((f"memory of an idle worker (Pss), 16 workers, {method}", "MB", 1,
+                              lambda make, m=method: pss_per_worker(make, m, 16)))
+    life = {(title, name): [] for title, *_ in lifecycle for name, _ in process_pools}
+    for title, _, _, measure in lifecycle:
+        for repeat in range(args.repeats):
+            # In alternation, so that both meet the machine in the same state.
+            for name, cls in process_pools:
+                if not repeat:
+                    progress(f"{name}: {title}")
+                life[(title, name)].append(measure(lambda w, ctx, cls=cls: cls(w, mp_context=ctx)))
     ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
     idle = {}
     seconds = 2 if args.quick else 10
@@ -163,7 +222,12 @@ def main(argv=None):
         cells = "".join(f"{med[n] * scale:>16.3f}" for n in names)
         ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
         print(f"{title + ' (' + unit + ')':<46}{cells}{ratios}")
-    print(f"ideal for the last row (total work / cores): {ideal * 1e3:.3f} ms")
+    print(f"ideal for the 2,000-task map (total work / cores): {ideal * 1e3:.3f} ms")
+    print()
+    print(f"{'pool life':<62}{'mizu':>12}{'ProcessPool':>14}{'mizu / ProcessPool':>20}")
+    for title, unit, scale, _ in lifecycle:
+        ours, theirs = (statistics.median(life[(title, n)]) for n, _ in process_pools)
+        print(f"{title + ' (' + unit + ')':<62}{ours * scale:>12.2f}{theirs * scale:>14.2f}{ours / theirs:>19.2f}x")
     for name, share in idle.items():
         print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses {100 * share:.2f}% of a core")
     if args.json:
@@ -172,7 +236,12 @@ def main(argv=None):
              "median": {n: statistics.median(samples[(title, n)]) * scale for n in names},
              "samples": {n: [t * scale for t in samples[(title, n)]] for n in names}}
             for title, unit, workers, _, _, scale in rows
-        ], ideal_ms=ideal * 1e3, idle_core_share=idle)
+        ], ideal_ms=ideal * 1e3, idle_core_share=idle, lifecycle=[
+            {"row": title, "unit": unit,
+             "median": {n: statistics.median(life[(title, n)]) * scale for n, _ in process_pools},
+             "samples": {n: [t * scale for t in life[(title, n)]] for n, _ in process_pools}}
+            for title, unit, scale, _ in lifecycle
+        ])
     return 0
 
 
