@@ -27,6 +27,23 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stdlib_oracle_from(version): the stdlib's pool is this test's oracle only "
+                            "from that Python on (before, it lacks the feature or hangs); its cases drop out before")
+
+
+def pytest_collection_modifyitems(config, items):
+    dropped = []
+    for item in items:
+        marker = item.get_closest_marker("stdlib_oracle_from")
+        params = getattr(item, "callspec", None)
+        if marker and params and params.params.get("executor_type") == "stdlib" and sys.version_info < marker.args[0]:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+
+
 @pytest.fixture(params=[m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()])
 def start_method(request):
     """Each multiprocessing start method this platform has."""
