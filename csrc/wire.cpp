@@ -206,6 +206,19 @@ void Reader::array(ArrayHeader& a) {
     }
 }
 
+void Reader::masked(ArrayHeader& values, ArrayHeader& mask) {
+    std::size_t at = pos_;
+    if (tag() != Tag::ndarray) fail(at, "a masked array's values must be an ndarray");
+    array(values);
+    at = pos_;
+    if (tag() != Tag::ndarray) fail(at, "a masked array's mask must be an ndarray");
+    array(mask);
+    bool same_shape = mask.ndim == values.ndim;
+    for (uint32_t k = 0; same_shape && k < values.ndim; ++k) same_shape = mask.shape[k] == values.shape[k];
+    if (std::strcmp(mask.typestr, "|b1") != 0 || !same_shape)
+        fail(at, "a masked array's mask must be a |b1 array of its values' shape");
+}
+
 FrameHeader Reader::begin_frame() {
     std::size_t at = pos_;
     need(12, "a frame header");

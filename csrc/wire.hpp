@@ -38,6 +38,7 @@ enum class Tag : uint8_t {
     ndarray = 'a',
     frame = 'D',
     pickle = 'P',
+    masked = 'M',
 };
 
 enum class Storage : uint8_t { inline_data = 0, arena = 1 };
@@ -165,6 +166,10 @@ public:
     }
     // Throws std::invalid_argument for more than kMaxDims dimensions.
     void put_array(const ArrayHeader& a);
+    // Then the put_array of an array with missing elements, then that of
+    // its mask: a "|b1" array of the values' shape, nonzero where an
+    // element is missing.
+    void begin_masked() { put_tag(Tag::masked); }
     // Then ncols pairs of put_key and a one-dimensional put_array.
     void begin_frame(uint32_t ncols, uint64_t nrows) {
         put_count(Tag::frame, ncols);
@@ -232,7 +237,7 @@ public:
         switch (Tag(t)) {
         case Tag::none: case Tag::false_: case Tag::true_: case Tag::int64: case Tag::float64:
         case Tag::str: case Tag::bytes: case Tag::tuple: case Tag::list: case Tag::dict:
-        case Tag::ndarray: case Tag::frame: case Tag::pickle:
+        case Tag::ndarray: case Tag::frame: case Tag::pickle: case Tag::masked:
             ++pos_;
             return Tag(t);
         }
@@ -261,6 +266,8 @@ public:
     }
     void end() noexcept { --depth_; }
     void array(ArrayHeader& a);
+    // After Tag::masked: the values, then their mask.
+    void masked(ArrayHeader& values, ArrayHeader& mask);
     FrameHeader begin_frame();
     // One column of a frame: an array value of nrows elements in one dimension.
     void column(ArrayHeader& a, uint64_t nrows);
@@ -324,7 +331,7 @@ private:
 // v.boolean(b), v.int64(i), v.float64(d), v.str(span), v.bytes(span),
 // v.begin(tag, count) ... v.end(tag) around the items of a tuple, list, dict
 // or frame (v.key(span) before each dict value and frame column),
-// v.array(header), v.pickle(blob).
+// v.array(header), v.masked(values, mask), v.pickle(blob).
 template <class Visitor>
 void read_value(Reader& r, Visitor& v) {
     Tag t = r.tag();
@@ -369,6 +376,12 @@ void read_value(Reader& r, Visitor& v) {
         return;
     }
     case Tag::pickle: v.pickle(r.pickle()); return;
+    case Tag::masked: {
+        ArrayHeader values, mask;
+        r.masked(values, mask);
+        v.masked(values, mask);
+        return;
+    }
     }
 }
 

@@ -134,8 +134,8 @@ cdef int encode_plain_into(Writer& w, const void* header, Py_ssize_t n, object o
     return _put(w, obj, 0, &plain)
 
 
-cpdef object decode(object data):
-    """decode(data)
+cpdef object decode(object data, object buffers=None):
+    """decode(data, buffers=None)
 
     Decode one wire message.
 
@@ -143,25 +143,30 @@ cpdef object decode(object data):
     ----------
     data : bytes or buffer
         A whole message, as `encode` returns it.
+    buffers : sequence of buffers, optional
+        The out-of-band buffers of the envelope that carried the message
+        (doc/dev/messages.rst), which its arena arrays name by index.
 
     Returns
     -------
     object
-        The value. Arrays are new, writable copies.
+        The value. Inline arrays are new, writable copies; arena arrays are
+        views of their buffers; masked arrays are `numpy.ma.MaskedArray`.
 
     Raises
     ------
     ValueError
         The message is malformed (the text names the byte offset), holds a
-        pickle that does not load (the pickle's error is the cause), or holds
-        a data frame or arena reference, which this decoder does not build.
+        pickle that does not load (the pickle's error is the cause), a data
+        frame, which this decoder does not build, or an arena array that
+        names no buffer, or more bytes than its buffer holds.
     """
     cdef Py_buffer view
     if PyBytes_CheckExact(data):
-        return _decode(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+        return _decode(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), buffers)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        return _decode(<const char*>view.buf, view.len)
+        return _decode(<const char*>view.buf, view.len, buffers)
     finally:
         PyBuffer_Release(&view)
 
@@ -245,6 +250,7 @@ cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
     elif not plain and _is_ndarray(t):
         if _put_array(w, obj):
             return 0
+
     if plain:
         return 2
     _put_pickle(w, obj)
@@ -369,33 +375,33 @@ cdef object decode_after(void* header, Py_ssize_t header_size, const char* data,
     if size < header_size:
         raise ValueError(f"a {what} message of {size} bytes, shorter than its header")
     memcpy(header, data, header_size)
-    return _decode(data + header_size, size - header_size)
+    return _decode(data + header_size, size - header_size, None)
 
 
 @cython.cpp_locals(True)
-cdef object _decode(const char* data, Py_ssize_t size):
+cdef object _decode(const char* data, Py_ssize_t size, object buffers):
     cdef Reader r = Reader(data, size)
-    value = _value(r)
+    value = _value(r, buffers)
     r.finish()
     return value
 
 
 # Numbers, the commonest items, are read here, inlined into the loops over
 # items; everything else in _other_value.
-cdef inline object _value(Reader& r):
+cdef inline object _value(Reader& r, object buffers):
     cdef Tag t = r.tag()
     if t == Tag.int64:
         return PyLong_FromLongLong(r.int64())
     if t == Tag.float64:
         return PyFloat_FromDouble(r.float64())
-    return _other_value(r, t)
+    return _other_value(r, t, buffers)
 
 
-cdef object _other_value(Reader& r, Tag t):
+cdef object _other_value(Reader& r, Tag t, object buffers):
     cdef Span s
     cdef uint32_t n, i
     if t == Tag.tuple:
-        return _sequence(r, True)
+        return _sequence(r, True, buffers)
     if t == Tag.none:
         return None
     if t == Tag.true_:
@@ -409,28 +415,30 @@ cdef object _other_value(Reader& r, Tag t):
         s = r.bytes()
         return PyBytes_FromStringAndSize(s.data, <Py_ssize_t>s.size)
     if t == Tag.list:
-        return _sequence(r, False)
+        return _sequence(r, False, buffers)
     if t == Tag.dict:
         n = r.begin(t)
         result = {}
         for i in range(n):
             s = r.key()
             key = PyUnicode_DecodeUTF8(s.data, <Py_ssize_t>s.size, NULL)
-            PyDict_SetItem(result, key, _value(r))
+            PyDict_SetItem(result, key, _value(r, buffers))
         r.end()
         return result
     if t == Tag.ndarray:
-        return _array(r)
+        return _array(r, buffers)
+    if t == Tag.masked:
+        return _masked(r, buffers)
     if t == Tag.pickle:
         return _pickled(r)
     raise ValueError(f"wire message at byte {r.offset() - 1}: a data frame, which Python does not decode yet")
 
 
-cdef object _sequence(Reader& r, bint is_tuple):
+cdef object _sequence(Reader& r, bint is_tuple, object buffers):
     cdef uint32_t n = r.begin(Tag.tuple if is_tuple else Tag.list), i
     result = PyTuple_New(n) if is_tuple else PyList_New(n)
     for i in range(n):
-        item = _value(r)
+        item = _value(r, buffers)
         # Both SET_ITEMs steal the reference.
         Py_INCREF(item)
         if is_tuple:
@@ -441,22 +449,34 @@ cdef object _sequence(Reader& r, bint is_tuple):
     return result
 
 
-cdef object _array(Reader& r):
+cdef object _array(Reader& r, object buffers):
     cdef size_t at = r.offset() - 1
     cdef ArrayHeader h
+    r.array(h)
+    return _array_of(h, at, buffers)
+
+
+cdef object _masked(Reader& r, object buffers):
+    cdef size_t at = r.offset() - 1
+    cdef ArrayHeader values, mask
+    r.masked(values, mask)
+    import numpy
+    return numpy.ma.MaskedArray(_array_of(values, at, buffers), mask=_array_of(mask, at, buffers))
+
+
+cdef object _array_of(ArrayHeader& h, size_t at, object buffers):
     cdef Py_buffer view
     cdef uint32_t k
     cdef int64_t stride
     cdef bint c_order = True, f_order = True
-    r.array(h)
-    if h.storage != Storage.inline_data:
-        raise ValueError(f"wire message at byte {at}: an array in the arena, and this decoder has no arena")
     typestr = h.typestr.decode("ascii")
     import numpy
     dtype = _dtypes.get(typestr)
     if dtype is None:
         dtype = _dtypes[typestr] = numpy.dtype(typestr)
     shape = tuple([h.shape[k] for k in range(h.ndim)])
+    if h.storage == Storage.arena:
+        return _arena_array(h, at, buffers, dtype, shape)
     stride = h.itemsize
     for k in range(h.ndim):
         f_order = f_order and (h.shape[k] == 1 or h.strides[k] == stride)
@@ -480,6 +500,23 @@ cdef object _array(Reader& r):
         raise ValueError(f"wire message at byte {at}: numpy cannot make an array of shape {shape} ({exc})") from exc
     if h.typestr[1] == ord("b"):
         # Any nonzero byte is true; numpy's bools must be exactly 0 or 1.
+        numpy.minimum(out.view(numpy.uint8), 1, out=out.view(numpy.uint8))
+    return out
+
+
+cdef object _arena_array(ArrayHeader& h, size_t at, object buffers, object dtype, tuple shape):
+    """A view of the out-of-band buffer an arena array names."""
+    if buffers is None or h.buffer >= len(buffers):
+        raise ValueError(f"wire message at byte {at}: an array in out-of-band buffer {h.buffer}, of "
+                         f"{0 if buffers is None else len(buffers)} the message came with")
+    buffer = buffers[h.buffer]
+    if h.extent > len(memoryview(buffer).cast("B")):
+        raise ValueError(f"wire message at byte {at}: an array of {h.extent} bytes in a buffer of "
+                         f"{len(memoryview(buffer).cast('B'))}")
+    import numpy
+    strides = tuple([h.strides[k] for k in range(h.ndim)])
+    out = numpy.ndarray(shape, dtype, buffer=buffer, strides=strides)
+    if h.typestr[1] == ord("b"):
         numpy.minimum(out.view(numpy.uint8), 1, out=out.view(numpy.uint8))
     return out
 

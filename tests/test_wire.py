@@ -307,7 +307,29 @@ def test_decode_takes_any_buffer():
         assert_same(_wire.decode(buffer), message)
 
 
-ARENA_ARRAY = b"W\x01a\x03<f8" + struct.pack("<IBQq", 8, 1, 2, 8) + b"\x01" + struct.pack("<QIQQ", 1, 2, 0, 16)
+ARENA_ARRAY = b"W\x01a\x03<f8" + struct.pack("<IBQq", 8, 1, 2, 8) + b"\x01" + struct.pack("<I", 0)
+
+
+def test_an_arena_array_is_a_view_of_the_buffer_its_envelope_brought():
+    buffer = bytearray(struct.pack("<2d", 1.5, -2.0))
+    got = _wire.decode(ARENA_ARRAY, [buffer])
+    assert got.tolist() == [1.5, -2.0] and np.shares_memory(got, np.frombuffer(buffer))
+    with pytest.raises(ValueError, match="an array of 16 bytes in a buffer of 8"):
+        _wire.decode(ARENA_ARRAY, [bytearray(8)])
+
+
+def test_a_masked_array_decodes_as_numpy_s():
+    def inline(typestr, values):
+        data = np.asarray(values, typestr).tobytes()
+        return (b"a\x03" + typestr.encode() + struct.pack("<IBQq", np.dtype(typestr).itemsize, 1, len(values),
+                                                            np.dtype(typestr).itemsize) + b"\x00" +
+                struct.pack("<Q", len(data)) + data)
+
+    got = _wire.decode(b"W\x01M" + inline("<i4", [1, 0, 3]) + inline("|b1", [False, True, False]))
+    assert type(got) is np.ma.MaskedArray
+    assert got.tolist() == [1, None, 3] and got.dtype == np.int32
+    with pytest.raises(ValueError, match="mask must be a |b1 array of its values' shape"):
+        _wire.decode(b"W\x01M" + inline("<i4", [1, 0, 3]) + inline("|b1", [False, True]))
 
 
 @pytest.mark.parametrize(
@@ -322,7 +344,7 @@ ARENA_ARRAY = b"W\x01a\x03<f8" + struct.pack("<IBQq", 8, 1, 2, 8) + b"\x01" + st
         (b"W\x01s" + struct.pack("<Q", 3) + b"\xed\xa0\x80", "byte 11: invalid UTF-8"),
         (b"W\x01t\xff\xff\xff\x7f", "byte 3: count 2147483647 cannot fit"),
         (b"W\x01P" + struct.pack("<IQ", 0, 3) + b"abc", "byte 2: the pickle value does not load"),
-        (ARENA_ARRAY, "byte 2: an array in the arena"),
+        (ARENA_ARRAY, "byte 2: an array in out-of-band buffer 0, of 0 the message came with"),
         (b"W\x01a\x03<f8" + struct.pack("<IBQQqq", 8, 2, 2**63, 0, 0, 0) + b"\x00" + struct.pack("<Q", 0),
          r"byte 2: numpy cannot make an array of shape \(9223372036854775808, 0\)"),
         (b"W\x01D" + struct.pack("<IQ", 0, 0), "byte 2: a data frame"),

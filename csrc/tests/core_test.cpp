@@ -722,6 +722,11 @@ struct Render {
         else
             out += "]@" + std::to_string(a.buffer) + ":" + std::to_string(a.extent) + " ";
     }
+    void masked(const wire::ArrayHeader& values, const wire::ArrayHeader& mask) {
+        out += "M ";
+        array(values);
+        array(mask);
+    }
     void pickle(const wire::PickleBlob& p) { out += "P" + std::string(p.data.data, p.data.size) + " "; }
 };
 

@@ -26,6 +26,10 @@ struct Touch {
         if (a.storage == mizu::wire::Storage::inline_data) span(a.data);
         else sum += a.buffer + a.extent;
     }
+    void masked(const mizu::wire::ArrayHeader& values, const mizu::wire::ArrayHeader& mask) {
+        array(values);
+        array(mask);
+    }
     void pickle(const mizu::wire::PickleBlob& p) { span(p.data); }
 };
 

@@ -19,6 +19,7 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         ndarray
         frame
         pickle
+        masked
 
     cdef enum class Storage(uint8_t):
         inline_data
@@ -70,6 +71,7 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         void put_key(const char* s, uint64_t n) except +raise_py_error
         void put_array(const ArrayHeader& a) except +raise_py_error
         void begin_frame(uint32_t ncols, uint64_t nrows) except +raise_py_error
+        void begin_masked() except +raise_py_error
         void put_pickle(const char* s, uint64_t n) except +raise_py_error
 
     cdef cppclass Reader:
@@ -85,6 +87,7 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         uint32_t begin(Tag container) except +raise_py_error
         void end()
         void array(ArrayHeader& a) except +raise_py_error
+        void masked(ArrayHeader& values, ArrayHeader& mask) except +raise_py_error
         FrameHeader begin_frame() except +raise_py_error
         void column(ArrayHeader& a, uint64_t nrows) except +raise_py_error
         PickleBlob pickle() except +raise_py_error
