@@ -1,5 +1,10 @@
 #include "messages.hpp"
 
+#include <cerrno>
+#include <sys/socket.h>
+#include <system_error>
+#include <unistd.h>
+
 namespace mizu::messages {
 
 MessageError::MessageError(std::size_t offset, const std::string& what)
@@ -126,6 +131,75 @@ std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, 
     std::memcpy(out, &h, sizeof h);
     std::memcpy(out + sizeof h, message + start, n);
     return sizeof h + n;
+}
+
+// The most descriptors one message sends: the kernel takes at most 253 in
+// one SCM_RIGHTS message.
+constexpr std::size_t kMaxDescriptors = 250;
+
+void send_descriptors(int socket, const int* fds, std::size_t count) {
+    if (count == 0 || count > kMaxDescriptors)
+        throw std::invalid_argument("a message sends from 1 to " + std::to_string(kMaxDescriptors) +
+                                    " descriptors, not " + std::to_string(count));
+    char byte = 'F';
+    iovec iov{&byte, 1};
+    std::vector<char> control(CMSG_SPACE(count * sizeof(int)), 0);
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(count * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, count * sizeof(int));
+#ifdef MSG_NOSIGNAL
+    int flags = MSG_NOSIGNAL;
+#else
+    int flags = 0;
+#endif
+    for (;;) {
+        if (sendmsg(socket, &msg, flags) == 1) return;
+        if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "sending descriptors");
+    }
+}
+
+std::vector<int> receive_descriptors(int socket, std::size_t count) {
+    if (count == 0 || count > kMaxDescriptors)
+        throw MessageError(4, "a message of " + std::to_string(count) + " descriptors");
+    char byte = 0;
+    iovec iov{&byte, 1};
+    std::vector<char> control(CMSG_SPACE(count * sizeof(int)), 0);
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+#ifdef MSG_CMSG_CLOEXEC
+    int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
+#else
+    int flags = MSG_DONTWAIT;
+#endif
+    ssize_t n;
+    do {
+        n = recvmsg(socket, &msg, flags);
+    } while (n < 0 && errno == EINTR);
+    std::vector<int> fds;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n > 0 && c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        const char* data = reinterpret_cast<const char*>(CMSG_DATA(c));
+        for (std::size_t i = 0; i < k; ++i) {
+            int fd;
+            std::memcpy(&fd, data + i * sizeof fd, sizeof fd);
+            fds.push_back(fd);
+        }
+    }
+    if (n == 1 && byte == 'F' && fds.size() == count && !(msg.msg_flags & MSG_CTRUNC)) return fds;
+    for (int fd : fds) close(fd);
+    throw MessageError(4, "expected " + std::to_string(count) + " shared-memory descriptors from the peer, got " +
+                              std::to_string(fds.size()));
 }
 
 bool Reassembler::feed(const char* chunk, std::size_t size, std::string& out) {

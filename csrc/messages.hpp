@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "arena.hpp"
 
@@ -196,6 +197,16 @@ std::size_t chunk_count(std::size_t size, std::size_t limit);
 // bytes; returns the chunk's length.
 std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, std::size_t limit,
                         std::size_t index, char* out) noexcept;
+
+// Sends a message's descriptors over a Unix socket: one sendmsg with
+// SCM_RIGHTS and the one byte 'F', without SIGPIPE. Throws std::system_error
+// when the peer has gone or the kernel refuses (too many in flight).
+void send_descriptors(int socket, const int* fds, std::size_t count);
+
+// Takes the `count` descriptors sent before the message that names them:
+// they are there already, so it does not block. Throws MessageError if
+// fewer are waiting (none closed by the receiver stays open).
+std::vector<int> receive_descriptors(int socket, std::size_t count);
 
 // Joins the chunks of each sender's messages, which may interleave with
 // other senders' in a shared ring. Memory grows with the chunks received,
