@@ -288,6 +288,7 @@ public:
             return;
         }
         case Tag::frame: frame(parent, i); return;
+        case Tag::masked: masked(parent, i); return;
         case Tag::pickle:
             throw std::invalid_argument("the value holds a pickled Python object (at byte " +
                                         std::to_string(r_.offset() - 1) +
@@ -342,10 +343,47 @@ private:
         UNPROTECT(2);
     }
 
-    void array(const ArrayHeader& a, SEXP parent, R_xlen_t i) {
+    // An array with missing elements: a vector of its own (never a view,
+    // as NA is written into it), NA where the mask is set. The values under
+    // the mask are not read, so an int32 there may be anything but INT_MIN.
+    void masked(SEXP parent, R_xlen_t i) {
+        ArrayHeader values, mask;
+        r_.masked(values, mask);
+        array(values, parent, i, false);
+        SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
+        array(mask, holder, 0, false);
+        SEXP out = VECTOR_ELT(parent, i);
+        const int* missing = LOGICAL(VECTOR_ELT(holder, 0));
+        R_xlen_t n = XLENGTH(out);
+        switch (TYPEOF(out)) {
+        case INTSXP:
+            for (R_xlen_t k = 0; k < n; ++k)
+                if (missing[k]) INTEGER(out)[k] = NA_INTEGER;
+            break;
+        case LGLSXP:
+            for (R_xlen_t k = 0; k < n; ++k)
+                if (missing[k]) LOGICAL(out)[k] = NA_LOGICAL;
+            break;
+        case REALSXP:
+            for (R_xlen_t k = 0; k < n; ++k)
+                if (missing[k]) REAL(out)[k] = NA_REAL;
+            break;
+        case CPLXSXP:
+            for (R_xlen_t k = 0; k < n; ++k)
+                if (missing[k]) COMPLEX(out)[k] = complex_of(NA_REAL, NA_REAL);
+            break;
+        default:
+            for (R_xlen_t k = 0; k < n; ++k)
+                if (missing[k]) throw std::invalid_argument("a masked uint8 array has missing elements, which R's raw "
+                                                            "vectors cannot hold; send it as int16 or wider");
+        }
+        UNPROTECT(1);
+    }
+
+    void array(const ArrayHeader& a, SEXP parent, R_xlen_t i, bool may_view = true) {
         ArrayPlan plan = plan_for(a);
         R_xlen_t count = element_count(a);
-        if (a.storage == wire::Storage::arena && plan.r_layout && column_major(a) && count > 0) {
+        if (may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) && count > 0) {
             SEXP view = new_view(plan.type);
             SET_VECTOR_ELT(parent, i, view);
             fill_view(view, a, count);

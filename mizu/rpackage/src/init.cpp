@@ -16,6 +16,7 @@
 #include "evaluate.hpp"
 #include "unwind.hpp"
 #include "values.hpp"
+#include "worker.hpp"
 
 using namespace mizu;
 using namespace mizu::r;
@@ -245,7 +246,27 @@ SEXP mizu_call_function(SEXP id, SEXP args, SEXP kwargs) {
     return entry([&] { return call_function(function_id, args, kwargs); });
 }
 
+// worker(segment_fd, task_ring, result_ring, socket_fd, index, client_pid,
+// max_tasks, setup): the worker loop of an R pool; returns NULL when the
+// pool is done with this worker.
+SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_fd, SEXP index, SEXP client_pid,
+                 SEXP max_tasks, SEXP setup) {
+    WorkerOptions o;
+    o.segment_fd = Rf_asInteger(segment_fd);
+    o.socket_fd = Rf_asInteger(socket_fd);
+    o.index = Rf_asInteger(index);
+    o.client_pid = pid_t(Rf_asInteger(client_pid));
+    return entry([&] {
+        o.task_ring = whole_number(task_ring, "task_ring");
+        o.result_ring = whole_number(result_ring, "result_ring");
+        o.max_tasks = long(whole_number(max_tasks, "max_tasks"));
+        run_worker(o, setup);
+        return R_NilValue;
+    });
+}
+
 static const R_CallMethodDef routines[] = {
+    {"worker", routine(mizu_worker), 8},
     {"decode", routine(mizu_decode), 3},
     {"encode", routine(mizu_encode), 2},
     {"block_view", routine(mizu_block_view), 8},

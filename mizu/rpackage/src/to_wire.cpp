@@ -318,13 +318,11 @@ private:
         });
     }
 
-    // An integer or logical vector with NA: the masked array of the
-    // proposed wire extension (doc/user/r.rst), its values 0 where NA.
-    // The Writer has no call for the tag yet, so the tag byte goes in
-    // through put_header, which appends bytes as they are.
+    // An integer or logical vector with NA: a masked array
+    // (doc/dev/wire.rst), its values 0 where NA.
     void put_masked_array(SEXP x, char kind, uint32_t itemsize) {
         Shape shape = shape_of(x);
-        *w_.put_header(1) = 'M';
+        w_.begin_masked();
         if (kind == 'b')
             put_array(x, shape, kind, itemsize, [&](char* dst) { logical_values(x, dst); });
         else

@@ -106,11 +106,13 @@ test_that("a block reference is adopted once", {
                  "has no references left")
 })
 
-test_that("an int32 block holding NA_integer_ is refused, and its reference dropped", {
+test_that("integers and logicals with NA cross as masked arrays in blocks, which are then released", {
     gc()
     before <- arena_stats()[["blocks"]]
-    encoded <- encode(c(1:10, NA), inline_limit = 0)
-    expect_error(decode(encoded$message, encoded$records, encoded$fds), "unknown tag 0x4d")
+    for (x in list(c(1:10, NA), c(TRUE, NA, FALSE), matrix(c(NA, 2:6), 2))) {
+        encoded <- encode(x, inline_limit = 0)
+        expect_identical(decode(encoded$message, encoded$records, encoded$fds), x)
+    }
     gc()
     expect_equal(arena_stats()[["blocks"]], before)
 })

@@ -1,0 +1,406 @@
+// The R worker's loop: tasks from its ring in the pool's segment, results
+// into the pool's result ring, in the messages of doc/dev/messages.rst with
+// the values of doc/dev/wire.rst, as the Python worker reads and writes
+// them.
+//
+// The loop's frame holds C++ objects (the segment, rings, buffers), so
+// every R call below it runs inside r_call (unwind.hpp), and values it
+// keeps across R calls are on R's PROTECT stack.
+#include "worker.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+#include "evaluate.hpp"
+#include "liveness.hpp"
+#include "messages.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "unwind.hpp"
+#include "values.hpp"
+
+namespace mizu::r {
+
+namespace {
+
+using messages::Message;
+using messages::Status;
+
+// An idle worker wakes this often to see that its client lives; a thread
+// of its own ends it sooner when the client dies during a long task.
+constexpr int64_t kIdleSliceNs = 250000000;
+
+// The client closed the result ring, or exited: the worker's work is over.
+struct ClientGone {};
+
+// The pool's rings, as the worker sees them.
+struct Rings {
+    std::unique_ptr<Segment> segment;
+    SpscRing tasks;
+    MpmcRing results;
+};
+
+Rings attach_rings(const WorkerOptions& o) {
+    std::unique_ptr<Segment> seg = Segment::attach(o.segment_fd);
+    auto ring_at = [&](uint64_t offset) {
+        if (offset >= seg->size()) throw std::invalid_argument("a ring offset past the end of the segment");
+        return seg->base() + offset;
+    };
+    char* tasks = ring_at(o.task_ring);
+    char* results = ring_at(o.result_ring);
+    SpscRing t = SpscRing::attach(tasks, seg->size() - o.task_ring);
+    MpmcRing r = MpmcRing::attach(results, seg->size() - o.result_ring);
+    return Rings{std::move(seg), t, r};
+}
+
+// Ends this process as soon as the client is gone, whatever R is doing.
+void watch_client(pid_t client) {
+    std::thread([client] {
+        PeerWatch watch(client);
+        while (!watch.wait_exit(-1)) {
+        }
+        _exit(1);
+    }).detach();
+}
+
+class Worker {
+public:
+    Worker(const WorkerOptions& o, Rings rings)
+        : o_(o), rings_(std::move(rings)), client_(o.client_pid), result_waiter_(&rings_.segment->header().spin_gate),
+          task_waiter_(&rings_.segment->header().spin_gate) {
+        task_waiter_.set_slice_ns(kIdleSliceNs);
+    }
+
+    // Runs until the client closes the ring or exits, or max_tasks are done.
+    void run() {
+        long done = 0;
+        std::string message;
+        while (next_message(message)) {
+            run_task(message);
+            if (o_.max_tasks > 0 && ++done >= o_.max_tasks) {
+                send_notice(Status::retiring, R_NilValue);
+                return;
+            }
+        }
+    }
+
+    // A notice with no task: retiring (body NULL), or exiting (body
+    // list(stage, traceback text)).
+    void send_notice(Status status, SEXP body) {
+        PROTECT(body);
+        push_result(messages::result_header(uint16_t(o_.index), 0, status, 0.0), body);
+        UNPROTECT(1);
+    }
+
+private:
+    bool next_message(std::string& out) {
+        for (;;) {
+            Reservation res;
+            WaitOptions opt;
+            opt.peer = &client_;
+            WaitStatus st = rings_.tasks.wait_pop(res, task_waiter_, opt);
+            if (st == WaitStatus::closed || st == WaitStatus::peer_died) return false;
+            if (st != WaitStatus::ready) continue;
+            const char* data = res.data();
+            std::size_t size = res.size();
+            bool whole = true;
+            if (messages::is_chunk(data, size))
+                whole = chunks_.feed(data, size, out);
+            else
+                out.assign(data, size);
+            rings_.tasks.end_pop(res);
+            if (whole) return true;
+        }
+    }
+
+    void run_task(const std::string& bytes) {
+        Message m = messages::read_message(bytes.data(), bytes.size());
+        if (m.kind != messages::kTask) throw std::invalid_argument("the client sent a worker a result");
+        std::vector<messages::BufferRecord> records;
+        for (std::size_t i = 0; i < m.buffer_count; ++i) records.push_back(m.buffer(i));
+        std::vector<int> fds;
+        if (m.descriptors) fds = messages::receive_descriptors(o_.socket_fd, m.descriptors);
+        Descriptors closing{fds};
+        SEXP value = R_NilValue;
+        std::string refused;
+        try {
+            if (uint8_t(m.body[0]) != messages::kWireBody)
+                throw std::invalid_argument("a task for an R worker must carry a wire message, not a pickle");
+            BlockTable table(records, fds);
+            value = decode_message(m.body, m.body_size, table);
+        } catch (const std::invalid_argument& e) {
+            // A value R cannot hold fails its task, not the worker.
+            refused = e.what();
+        }
+        PROTECT(value);
+        int64_t start = now_ns();
+        SEXP result = PROTECT(r_call([&] {
+            return refused.empty() ? run_call(m.task, value) : refusal(refused.c_str());
+        }));
+        double seconds = double(now_ns() - start) * 1e-9;
+        Status status = VECTOR_ELT(result, 1) == R_NilValue ? Status::ok : Status::raised;
+        push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, status, seconds), result);
+        UNPROTECT(2);
+    }
+
+    // list(value =, error =, warnings =) of the task's call, as eval_safely
+    // gives them.
+    SEXP run_call(const messages::TaskHeader& h, SEXP value) {
+        SEXP call = value;
+        if (h.flags & messages::kCallable) {
+            if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
+                throw std::invalid_argument("a task with its callable must carry (callable, call)");
+            call = VECTOR_ELT(value, 1);
+            SEXP registered = PROTECT(register_function(VECTOR_ELT(value, 0)));
+            if (VECTOR_ELT(registered, 1) != R_NilValue) {
+                // The function itself does not evaluate: every task that
+                // names it gets that error.
+                R_PreserveObject(registered);
+                failures_[h.fn_id] = registered;
+            } else {
+                ids_[h.fn_id] = Rf_asInteger(VECTOR_ELT(registered, 0));
+            }
+            UNPROTECT(1);
+        }
+        auto failure = failures_.find(h.fn_id);
+        if (failure != failures_.end()) return failure->second;
+        auto id = ids_.find(h.fn_id);
+        if (id == ids_.end())
+            throw std::invalid_argument("a task names R function " + std::to_string(h.fn_id) +
+                                        ", which this worker was never sent");
+        if (h.flags & messages::kBatch) return run_batch(id->second, h.flags, call);
+        SEXP args = call, kwargs = R_NilValue;
+        if (h.flags & messages::kKeywords) {
+            if (TYPEOF(call) != VECSXP || XLENGTH(call) != 2)
+                throw std::invalid_argument("a call with keywords must be (args, kwargs)");
+            args = VECTOR_ELT(call, 0);
+            kwargs = VECTOR_ELT(call, 1);
+        }
+        return call_function(id->second, as_arguments(args), kwargs);
+    }
+
+    // A batch's outcome, shaped as one call's: its value is list(values,
+    // failures), one value per unit (NULL where the unit failed) and
+    // list(unit index, error record) for each unit that failed; its
+    // warnings are every call's.
+    SEXP run_batch(int id, uint8_t flags, SEXP units) {
+        if (TYPEOF(units) != VECSXP) throw std::invalid_argument("a batch's units must be a list");
+        bool flat = flags & messages::kFlat, single = flags & messages::kSingle;
+        R_xlen_t n = XLENGTH(units), failed = 0, warned = 0;
+        SEXP values = PROTECT(Rf_allocVector(VECSXP, n));
+        SEXP errors = PROTECT(Rf_allocVector(VECSXP, n));
+        SEXP warnings = PROTECT(Rf_allocVector(VECSXP, n));
+        for (R_xlen_t u = 0; u < n; ++u) {
+            SEXP unit = VECTOR_ELT(units, u);
+            R_xlen_t calls = flat ? 1 : Rf_xlength(unit);
+            if (!flat && TYPEOF(unit) != VECSXP) throw std::invalid_argument("a batch's unit must be a list of calls");
+            SEXP unit_values = PROTECT(Rf_allocVector(VECSXP, calls));
+            SEXP unit_warnings = PROTECT(Rf_allocVector(VECSXP, 0));
+            for (R_xlen_t c = 0; c < calls; ++c) {
+                SEXP args = flat ? unit : VECTOR_ELT(unit, c);
+                SEXP outcome = PROTECT(call_function(id, single ? one_item(args) : as_arguments(args), R_NilValue));
+                SET_VECTOR_ELT(unit_values, c, VECTOR_ELT(outcome, 0));
+                unit_warnings = append(unit_warnings, VECTOR_ELT(outcome, 2));
+                UNPROTECT(2);
+                PROTECT(unit_warnings);
+                if (VECTOR_ELT(outcome, 1) != R_NilValue) {
+                    SET_VECTOR_ELT(errors, u, VECTOR_ELT(outcome, 1));
+                    ++failed;
+                    break;
+                }
+            }
+            if (VECTOR_ELT(errors, u) == R_NilValue)
+                SET_VECTOR_ELT(values, u, flat ? VECTOR_ELT(unit_values, 0) : unit_values);
+            warned += XLENGTH(unit_warnings);
+            SET_VECTOR_ELT(warnings, u, unit_warnings);
+            UNPROTECT(2);
+        }
+        SEXP failures = PROTECT(Rf_allocVector(VECSXP, failed));
+        SEXP all_warnings = PROTECT(Rf_allocVector(VECSXP, warned));
+        for (R_xlen_t u = 0, f = 0, w = 0; u < n; ++u) {
+            if (VECTOR_ELT(errors, u) != R_NilValue) {
+                SEXP pair = Rf_allocVector(VECSXP, 2);
+                SET_VECTOR_ELT(failures, f++, pair);
+                SET_VECTOR_ELT(pair, 0, Rf_ScalarInteger(int(u)));
+                SET_VECTOR_ELT(pair, 1, VECTOR_ELT(errors, u));
+            }
+            SEXP unit_warnings = VECTOR_ELT(warnings, u);
+            for (R_xlen_t k = 0; k < XLENGTH(unit_warnings); ++k) SET_VECTOR_ELT(all_warnings, w++, VECTOR_ELT(unit_warnings, k));
+        }
+        SEXP pair = PROTECT(Rf_allocVector(VECSXP, 2));
+        SET_VECTOR_ELT(pair, 0, values);
+        SET_VECTOR_ELT(pair, 1, failures);
+        SEXP outcome = outcome_of(pair, R_NilValue, all_warnings);
+        UNPROTECT(6);
+        return outcome;
+    }
+
+    static SEXP outcome_of(SEXP value, SEXP error, SEXP warnings) {
+        SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
+        SEXP names = PROTECT(Rf_allocVector(STRSXP, 3));
+        SET_STRING_ELT(names, 0, Rf_mkChar("value"));
+        SET_STRING_ELT(names, 1, Rf_mkChar("error"));
+        SET_STRING_ELT(names, 2, Rf_mkChar("warnings"));
+        Rf_setAttrib(out, R_NamesSymbol, names);
+        SET_VECTOR_ELT(out, 0, value);
+        SET_VECTOR_ELT(out, 1, error);
+        SET_VECTOR_ELT(out, 2, warnings);
+        UNPROTECT(2);
+        return out;
+    }
+
+    // The outcome of a task whose arguments R cannot hold.
+    static SEXP refusal(const char* message) {
+        SEXP error = PROTECT(Rf_allocVector(VECSXP, 4));
+        SEXP names = PROTECT(Rf_allocVector(STRSXP, 4));
+        const char* fields[] = {"message", "call", "classes", "traceback"};
+        for (int k = 0; k < 4; ++k) SET_STRING_ELT(names, k, Rf_mkChar(fields[k]));
+        Rf_setAttrib(error, R_NamesSymbol, names);
+        SET_VECTOR_ELT(error, 0, Rf_mkString(message));
+        SEXP classes = PROTECT(Rf_allocVector(STRSXP, 3));
+        SET_STRING_ELT(classes, 0, Rf_mkChar("mizuValueError"));
+        SET_STRING_ELT(classes, 1, Rf_mkChar("error"));
+        SET_STRING_ELT(classes, 2, Rf_mkChar("condition"));
+        SET_VECTOR_ELT(error, 2, classes);
+        SET_VECTOR_ELT(error, 3, Rf_allocVector(STRSXP, 0));
+        SEXP out = outcome_of(R_NilValue, error, PROTECT(Rf_allocVector(VECSXP, 0)));
+        UNPROTECT(4);
+        return out;
+    }
+
+    // The positional arguments of a call: the list a tuple decodes to.
+    static SEXP as_arguments(SEXP args) {
+        if (TYPEOF(args) == VECSXP && Rf_getAttrib(args, R_NamesSymbol) == R_NilValue) return args;
+        return one_item(args);
+    }
+
+    static SEXP one_item(SEXP x) {
+        SEXP one = PROTECT(Rf_allocVector(VECSXP, 1));
+        SET_VECTOR_ELT(one, 0, x);
+        UNPROTECT(1);
+        return one;
+    }
+
+    static SEXP append(SEXP list, SEXP more) {
+        R_xlen_t n = XLENGTH(list), k = Rf_xlength(more);
+        if (k == 0) return list;
+        SEXP out = PROTECT(Rf_allocVector(VECSXP, n + k));
+        for (R_xlen_t i = 0; i < n; ++i) SET_VECTOR_ELT(out, i, VECTOR_ELT(list, i));
+        for (R_xlen_t i = 0; i < k; ++i) SET_VECTOR_ELT(out, n + i, VECTOR_ELT(more, i));
+        UNPROTECT(1);
+        return out;
+    }
+
+    // Encodes body, wraps it in header and the records of the blocks it
+    // placed, sends their descriptors, and pushes it, in chunks if needed.
+    void push_result(const messages::ResultHeader& header, SEXP body) {
+        wire::Writer w;
+        OutgoingBlocks out;
+        encode_message(body, w, worker_arena(), out, options_);
+        std::string message;
+        const std::vector<messages::BufferRecord>& records = out.records();
+        if (!records.empty()) {
+            messages::OutOfBandHeader oob = messages::out_of_band_header(
+                uint16_t(o_.index), uint16_t(out.descriptors().size()), uint16_t(records.size()));
+            message.append(reinterpret_cast<const char*>(&oob), sizeof oob);
+            message.append(reinterpret_cast<const char*>(records.data()), records.size() * sizeof(records[0]));
+        }
+        message.append(reinterpret_cast<const char*>(&header), sizeof header);
+        message.append(w.data(), w.size());
+        if (!records.empty()) {
+            // Before the message is in the ring: the client reads them with it.
+            messages::send_descriptors(o_.socket_fd, out.descriptors().data(), out.descriptors().size());
+            out.hand_over();
+        }
+        std::size_t limit = rings_.results.max_message();
+        if (message.size() <= limit) {
+            push_bytes(message.data(), message.size());
+            return;
+        }
+        std::vector<char> chunk(limit);
+        std::size_t n = messages::chunk_count(message.size(), limit);
+        for (std::size_t i = 0; i < n; ++i)
+            push_bytes(chunk.data(), messages::write_chunk(message.data(), message.size(), uint16_t(o_.index), limit,
+                                                           i, chunk.data()));
+    }
+
+    void push_bytes(const char* data, std::size_t size) {
+        Reservation res;
+        WaitOptions opt;
+        opt.peer = &client_;
+        for (;;) {
+            WaitStatus st = rings_.results.wait_push(uint32_t(size), res, result_waiter_, opt);
+            if (st == WaitStatus::ready) break;
+            if (st == WaitStatus::closed || st == WaitStatus::peer_died) throw ClientGone();
+        }
+        std::memcpy(res.data(), data, size);
+        rings_.results.end_push(res);
+    }
+
+    // Closes the descriptors a message brought once its blocks are mapped.
+    struct Descriptors {
+        std::vector<int>& fds;
+        ~Descriptors() {
+            for (int fd : fds) close(fd);
+        }
+    };
+
+    const WorkerOptions& o_;
+    Rings rings_;
+    PeerWatch client_;
+    Waiter result_waiter_;
+    Waiter task_waiter_;
+    messages::Reassembler chunks_;
+    std::unordered_map<uint64_t, int> ids_;        // the client's fn_id -> the registry's
+    std::unordered_map<uint64_t, SEXP> failures_;  // fn_id -> the error registering it gave (preserved)
+    EncodeOptions options_;
+};
+
+// list(stage 0, text) for a setup error's record: its message, call and
+// traceback, one per line.
+SEXP setup_failure(SEXP record) {
+    static SEXP paste = Rf_install("paste");
+    SEXP message = VECTOR_ELT(record, 0), call = VECTOR_ELT(record, 1), traceback = VECTOR_ELT(record, 3);
+    SEXP lines = PROTECT(Rf_allocVector(STRSXP, 2 + Rf_xlength(traceback)));
+    SET_STRING_ELT(lines, 0, STRING_ELT(message, 0));
+    SET_STRING_ELT(lines, 1, call == R_NilValue ? Rf_mkChar("in the setup script") : STRING_ELT(call, 0));
+    for (R_xlen_t k = 0; k < Rf_xlength(traceback); ++k) SET_STRING_ELT(lines, 2 + k, STRING_ELT(traceback, k));
+    SEXP joined = PROTECT(Rf_lang3(paste, lines, Rf_mkString("\n")));
+    SET_TAG(CDDR(joined), Rf_install("collapse"));
+    SEXP text = PROTECT(Rf_eval(joined, R_BaseEnv));
+    SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+    SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(int(messages::Stage::initializer)));
+    SET_VECTOR_ELT(out, 1, text);
+    UNPROTECT(4);
+    return out;
+}
+
+}  // namespace
+
+void run_worker(const WorkerOptions& options, SEXP setup) {
+    watch_client(options.client_pid);
+    Worker worker(options, attach_rings(options));
+    if (setup != R_NilValue) {
+        SEXP outcome = PROTECT(r_call([&] { return eval_safely(setup, R_GlobalEnv); }));
+        if (VECTOR_ELT(outcome, 1) != R_NilValue) {
+            SEXP notice = PROTECT(r_call([&] { return setup_failure(VECTOR_ELT(outcome, 1)); }));
+            worker.send_notice(Status::exiting, notice);
+            UNPROTECT(2);
+            return;
+        }
+        UNPROTECT(1);
+    }
+    try {
+        worker.run();
+    } catch (const ClientGone&) {
+    }
+}
+
+}  // namespace mizu::r
