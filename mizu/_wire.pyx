@@ -52,6 +52,9 @@ cdef frozenset _plain_kinds = frozenset([
     ("f", 2), ("f", 4), ("f", 8), ("c", 8), ("c", 16),
 ])
 
+# Arrays of fewer bytes travel inside a peer's message, copied.
+cdef Py_ssize_t _INLINE = 4096
+
 # numpy is imported by whoever made an array, never here: a process whose
 # values hold no array does not load it.
 cdef type _ndarray = None
@@ -171,6 +174,105 @@ cpdef object decode(object data, object buffers=None):
         PyBuffer_Release(&view)
 
 
+# Values for a worker in another language (an R worker): no pickle, and
+# arrays in the arena, named by index in `placements` for the envelope's
+# out-of-band buffer records (doc/dev/messages.rst).
+@cython.final
+cdef class Peer:
+    cdef readonly str language
+    cdef readonly list placements   # (block, offset, nbytes) per arena array, in index order
+
+    def __cinit__(self, str language):
+        self.language = language
+        self.placements = []
+
+    cdef int refuse(self, object obj) except -1:
+        raise TypeError(f"a value of type {type(obj).__module__}.{type(obj).__qualname__} has no form in "
+                        f"{self.language}: send None, bool, int (64-bit), float, complex, str, bytes, lists, "
+                        f"tuples, dicts with str keys and numeric numpy arrays")
+
+    cdef int put_other(self, Writer& w, object obj, int depth) except -1:
+        cdef type t = type(obj)
+        numpy = sys.modules.get("numpy")
+        if t is complex or (numpy is not None and isinstance(obj, numpy.complexfloating)):
+            import numpy
+            return self.put_array(w, numpy.array(obj, numpy.complex128))
+        if numpy is not None and isinstance(obj, numpy.generic) and not isinstance(obj, numpy.void):
+            return _put(w, obj.item(), depth, NULL, self)
+        if _is_ndarray(t):
+            return self.put_array(w, obj)
+        ma = sys.modules.get("numpy.ma")
+        if ma is not None and t is ma.MaskedArray:
+            w.begin_masked()
+            self.put_array(w, obj.filled(0))
+            return self.put_array(w, ma.getmaskarray(obj))
+        return self.refuse(obj)
+
+    cdef int put_array(self, Writer& w, object a) except -1:
+        """An array in the arena when it lies there already or is large (copied once), else inline."""
+        cdef ArrayHeader h
+        cdef int k
+        dtype = a.dtype
+        if dtype.fields is not None or (dtype.kind, dtype.itemsize) not in _plain_kinds or a.ndim > kMaxDims:
+            raise TypeError(f"a numpy array of dtype {dtype} has no form in {self.language}: send bool, integer, "
+                            f"floating or complex arrays")
+        found = None
+        if all(stride >= 0 for stride in a.strides):
+            from mizu._arena import arena_block
+            found = arena_block(a)
+        if found is None:
+            if a.nbytes < _INLINE:
+                if not _put_array(w, a):
+                    raise AssertionError("a plain array that _put_array refused")
+                return 0
+            from mizu._arena import default_arena
+            import numpy
+            fortran = a.flags.f_contiguous and not a.flags.c_contiguous
+            block = default_arena().alloc(a.nbytes)
+            copy = numpy.ndarray(a.shape, dtype, buffer=block, order="F" if fortran else "C")
+            numpy.copyto(copy, a)
+            a, found = copy, (block, 0, a.nbytes)
+        h.storage = Storage.arena
+        h.buffer = len(self.placements)
+        self.placements.append(found)
+        _array_type(h, dtype)
+        h.ndim = a.ndim
+        for k in range(a.ndim):
+            h.shape[k] = a.shape[k]
+            h.strides[k] = a.strides[k]
+        w.put_array(h)
+        return 0
+
+
+def encode_for_peer(obj, str language):
+    """encode_for_peer(obj, language)
+
+    Encode a value for a worker in another language: as `encode`, but with no
+    pickle, and arrays that lie in an arena block, or of 4 KiB or more, as
+    arena arrays (any other is copied into a block of the default arena).
+
+    Returns
+    -------
+    (bytes, list of (mizu._arena.Block, int, int))
+        The message, and the (block, offset, bytes) of each out-of-band
+        buffer its arena arrays name, in index order.
+
+    Raises
+    ------
+    TypeError
+        A part has no form in `language`, which the message names.
+    ValueError
+        The value nests deeper than the wire allows, or holds itself.
+    """
+    cdef Writer w
+    cdef Peer peer = Peer(language)
+    w.begin_message()
+    if _put(w, obj, 0, NULL, peer):
+        raise ValueError(f"a value nested more than {kMaxDepth} containers deep, or holding itself, has no form in "
+                         f"{language}")
+    return PyBytes_FromStringAndSize(w.data(), w.size()), peer.placements
+
+
 # The lists and dicts a plain encoding has visited: one reached twice makes
 # the value no tree, which only pickle keeps as it is.
 cdef struct Plain:
@@ -194,7 +296,7 @@ cdef bint _first_visit(Plain* plain, object obj) noexcept:
 # kMaxDepth; the caller then pickles the whole value. With plain, returns 2
 # instead of writing any part that would be pickled, an array, or a list or
 # dict reached a second time.
-cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
+cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL, Peer peer=None) except -1:
     cdef type t = type(obj)
     cdef int overflow, status
     cdef long long number
@@ -215,7 +317,7 @@ cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
         if n <= UINT32_MAX:
             w.begin_tuple(<uint32_t>n)
             for i in range(n):
-                status = _put(w, <object>PyTuple_GET_ITEM(obj, i), depth + 1, plain)
+                status = _put(w, <object>PyTuple_GET_ITEM(obj, i), depth + 1, plain, peer)
                 if status:
                     return status
             return 0
@@ -239,20 +341,24 @@ cdef int _put(Writer& w, object obj, int depth, Plain* plain=NULL) except -1:
         if plain and not _first_visit(plain, obj):
             return 2
         if PyList_GET_SIZE(obj) <= UINT32_MAX:
-            return _put_list(w, obj, depth, plain)
+            return _put_list(w, obj, depth, plain, peer)
     elif t is dict:
         if depth == kMaxDepth:
             return 1
         if plain and not _first_visit(plain, obj):
             return 2
         if len(<dict>obj) <= UINT32_MAX:
-            return _put_dict(w, obj, depth, plain)
+            return _put_dict(w, obj, depth, plain, peer)
+    elif peer is not None:
+        return peer.put_other(w, obj, depth)
     elif not plain and _is_ndarray(t):
         if _put_array(w, obj):
             return 0
 
     if plain:
         return 2
+    if peer is not None:
+        peer.refuse(obj)
     _put_pickle(w, obj)
     return 0
 
@@ -266,7 +372,7 @@ cdef const char* _utf8(object s, Py_ssize_t* n) except? NULL:
     return text
 
 
-cdef int _put_list(Writer& w, list obj, int depth, Plain* plain) except -1:
+cdef int _put_list(Writer& w, list obj, int depth, Plain* plain, Peer peer) except -1:
     cdef Py_ssize_t n = PyList_GET_SIZE(obj), i
     cdef int status
     w.begin_list(<uint32_t>n)
@@ -274,7 +380,7 @@ cdef int _put_list(Writer& w, list obj, int depth, Plain* plain) except -1:
         # Pickling an item runs arbitrary code, which may change the list.
         if i >= PyList_GET_SIZE(obj):
             raise RuntimeError("list changed size during encoding")
-        status = _put(w, <object>PyList_GET_ITEM(obj, i), depth + 1, plain)
+        status = _put(w, <object>PyList_GET_ITEM(obj, i), depth + 1, plain, peer)
         if status:
             return status
     if PyList_GET_SIZE(obj) != n:
@@ -283,7 +389,7 @@ cdef int _put_list(Writer& w, list obj, int depth, Plain* plain) except -1:
 
 
 # A dict with a key that is not an exact, encodable str is pickled whole.
-cdef int _put_dict(Writer& w, dict obj, int depth, Plain* plain) except -1:
+cdef int _put_dict(Writer& w, dict obj, int depth, Plain* plain, Peer peer) except -1:
     cdef Py_ssize_t n = len(obj), pos = 0, seen = 0, size
     cdef int status
     cdef size_t start = w.size()
@@ -298,11 +404,14 @@ cdef int _put_dict(Writer& w, dict obj, int depth, Plain* plain) except -1:
         if text == NULL:
             if plain:
                 return 2
+            if peer is not None:
+                raise TypeError(f"a dict with the key {<object>key!r} has no form in {peer.language}, which "
+                                f"takes dicts whose keys are all str")
             w.truncate(start)
             _put_pickle(w, obj)
             return 0
         w.put_key(text, size)
-        status = _put(w, <object>value, depth + 1, plain)
+        status = _put(w, <object>value, depth + 1, plain, peer)
         if status:
             return status
         seen += 1
@@ -330,21 +439,7 @@ cdef bint _put_array(Writer& w, object a) except -1:
             a = a.copy(order="C")
             PyObject_GetBuffer(a, &view, PyBUF_RECORDS_RO)
         ndim = view.ndim
-        h.itemsize = <uint32_t>dtype.itemsize
-        if h.itemsize == 1:
-            h.typestr[0] = ord("|")
-        elif dtype.byteorder == "=":
-            h.typestr[0] = _native_order
-        else:
-            h.typestr[0] = ord(dtype.byteorder)
-        h.typestr[1] = ord(dtype.kind)
-        if h.itemsize < 10:
-            h.typestr[2] = ord("0") + h.itemsize
-            h.typestr[3] = 0
-        else:
-            h.typestr[2] = ord("1")
-            h.typestr[3] = ord("0") + h.itemsize - 10
-            h.typestr[4] = 0
+        _array_type(h, dtype)
         h.ndim = ndim
         stride = h.itemsize
         for i in range(ndim):
@@ -359,6 +454,26 @@ cdef bint _put_array(Writer& w, object a) except -1:
     finally:
         PyBuffer_Release(&view)
     return True
+
+
+cdef int _array_type(ArrayHeader& h, object dtype) except -1:
+    """The typestr and itemsize of a plain dtype, as numpy's dtype.str spells them."""
+    h.itemsize = <uint32_t>dtype.itemsize
+    if h.itemsize == 1:
+        h.typestr[0] = ord("|")
+    elif dtype.byteorder == "=":
+        h.typestr[0] = _native_order
+    else:
+        h.typestr[0] = ord(dtype.byteorder)
+    h.typestr[1] = ord(dtype.kind)
+    if h.itemsize < 10:
+        h.typestr[2] = ord("0") + h.itemsize
+        h.typestr[3] = 0
+    else:
+        h.typestr[2] = ord("1")
+        h.typestr[3] = ord("0") + h.itemsize - 10
+        h.typestr[4] = 0
+    return 0
 
 
 cdef int _put_pickle(Writer& w, object obj) except -1:
