@@ -3,6 +3,8 @@ from typing import Any
 
 from typing_extensions import Buffer
 
+def usable_cpus() -> int: ...
+
 class PeerDiedError(ConnectionError):
     pid: int
     def __init__(self, pid: int) -> None: ...
