@@ -120,10 +120,10 @@ class LazyFuture(_base.Future):
                 if cond is None:
                     _pin(self)
                     cond = cell.condition = _Condition()
-            self._watched()
+            self._observed()
         return cond
 
-    def _watched(self):
+    def _observed(self):
         """Called once, when a thread first waits on this future or registers a callback."""
 
     def done(self):

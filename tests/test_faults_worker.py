@@ -353,7 +353,7 @@ def test_a_malformed_compact_task_ends_its_worker_and_breaks_the_pool(make, mess
     """A compact task message (mizu only) cut short, or whose header no argument tuple follows."""
     ex = make(mizu.ProcessPoolExecutor, 1)
     assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
-    ex._pool.slots[0].ring.push(message, timeout=WAIT)
+    ex._pool.roster[0].ring.push(message, timeout=WAIT)
     errors, refusal = _broken_errors(ex, _submit_until_broken(ex, 3, children.double, 3))
     _assert_names(errors, refusal, "exited with code 1", f"unpickling the task raised {line}", traceback=line)
 
