@@ -16,6 +16,8 @@ from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
 from mizu._protocol import CALL
 
+__all__ = ["ProcessPoolExecutor"]
+
 
 def _default_workers():
     # The stdlib's default max_workers for the running Python, so that mizu is

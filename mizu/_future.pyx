@@ -21,6 +21,8 @@ from cpython.ref cimport Py_INCREF
 import threading
 from concurrent.futures import _base
 
+__all__ = ["Cell", "LazyFuture"]
+
 
 cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object o)

@@ -1,3 +1,4 @@
+# cython: auto_pickle=False
 """Executor.map: its calls cut into batches that travel as one task each, and the iterator of their results.
 
 Units are the stdlib's chunks: an exception stands for its whole unit.
@@ -16,6 +17,8 @@ from concurrent.futures import _base
 from time import monotonic as _monotonic
 
 from mizu._protocol import BATCH, FLAT, SINGLE
+
+__all__ = ["MapResults", "map_results"]
 
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024

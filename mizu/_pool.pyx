@@ -1,3 +1,4 @@
+# cython: auto_pickle=False
 """The pool engine: starts and stops workers, dispatches tasks, collects results, breaks, shuts down.
 
 Data flow (one shared segment per pool; the rings are in it):
@@ -82,6 +83,8 @@ from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, 
 from mizu._future import LazyFuture
 from mizu._protocol import (CALL, CONTINUED, FIRST, OK, OOB, RESULT, RETIRING, TASK, WIRE, Reassembler,
                             dumps_pickled, frames, loads, sender_of)
+
+__all__ = ["Future", "Pool", "Worker"]
 
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
 cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT

@@ -1,3 +1,4 @@
+# cython: auto_pickle=False
 """The pool's locks and queues: a mutex and a queue of futures that Cython code works without a Python call."""
 
 from cpython.exc cimport PyErr_CheckSignals
@@ -7,6 +8,8 @@ from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyTh
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock)
 
 from mizu.includes.spin cimport kForever, now_ns
+
+__all__ = ["Fifo", "Lock"]
 
 # How often a blocked take wakes to run signal handlers.
 cdef int64_t _SLICE_NS = 20_000_000
