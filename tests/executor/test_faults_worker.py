@@ -203,7 +203,7 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
     mizu only: the stdlib's result thread reads the dead worker's
     half-written message from a pipe that the client itself keeps open, and
     waits forever for the rest. To hold the worker halfway, a done-callback
-    of an earlier task blocks the thread that drains results until the
+    of an earlier task blocks the thread that collects results until the
     worker is killed: the ring fills and the worker sleeps in its push.
     """
     ex = make(mizu.ProcessPoolExecutor, 1, mp_context=context)
