@@ -6,8 +6,9 @@ Two measurements, for mizu and concurrent.futures.ProcessPoolExecutor in turn:
   another, 6 more tasks pending. The busy worker gets SIGKILL; the time runs
   until every one of the 8 futures is done with BrokenProcessPool. The
   client waits in one of three ways: calling exception() on each future
-  (the caller drains results itself), concurrent.futures.wait() (the pool's
-  thread drains) or nobody waiting (done() polled every 0.5 ms).
+  (the caller collects results itself), concurrent.futures.wait() (the
+  pool's manager thread collects) or nobody waiting (done() polled every
+  0.5 ms).
 - Client death: a client process with 2 workers, idle or busy in long
   tasks, prints its workers' pids and gets SIGKILL; the time runs until
   every worker has exited (their pidfds become readable). Workers still

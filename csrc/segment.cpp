@@ -1,5 +1,7 @@
 #include "segment.hpp"
 
+#include "cpus.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +12,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <system_error>
-#include <thread>
 #include <unistd.h>
 
 namespace mizu {
@@ -236,8 +237,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t size, const char* dir, Wait
     h->size = size;
     h->used.store(min_size, std::memory_order_relaxed);
     h->spin_gate.spinning.store(0, std::memory_order_relaxed);
-    unsigned cores = std::thread::hardware_concurrency();
-    h->spin_gate.limit = cores ? cores : 1;
+    h->spin_gate.limit = usable_cpus();
     return std::unique_ptr<Segment>(new Segment(fd, base, size));
 }
 

@@ -1,17 +1,22 @@
 """mizu: parallelism across processes on one machine, through shared memory."""
 
-try:
-    from mizu import _core  # noqa: F401  (fails first when run from the source folder)
-except ImportError as exc:  # pragma: no cover - only when run from a source tree
-    import os
 
-    if os.path.exists(os.path.join(os.path.dirname(__file__), "_core.pyx")):
-        raise ImportError(
-            "mizu is being imported from its source folder, which holds no compiled "
-            "modules. Install it (`pip install .`) and run Python or pytest from "
-            "elsewhere, or with `python -P`."
-        ) from exc
-    raise
+def _require_compiled_modules():
+    try:
+        from mizu import _core  # noqa: F401  (fails first when run from the source folder)
+    except ImportError as exc:  # pragma: no cover - only when run from a source tree
+        import os
+
+        if os.path.exists(os.path.join(os.path.dirname(__file__), "_core.pyx")):
+            raise ImportError(
+                "mizu is being imported from its source folder, which holds no compiled "
+                "modules. Install it (`pip install .`) and run Python or pytest from "
+                "elsewhere, or with `python -P`."
+            ) from exc
+        raise
+
+
+_require_compiled_modules()
 
 from mizu._arena import arena_block, default_arena
 from mizu._core import PeerDiedError

@@ -1,14 +1,21 @@
 import os
-from typing import Any
+import sys
+from typing import Any, final
+
+from typing_extensions import disjoint_base
+
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
 
 REF_SIZE: int
 DEFAULT_SEGMENT_SIZE: int
 
+@final
 class Block:
     arena_id: int
     segment_id: int
     offset: int
-    def __buffer__(self, flags: int) -> memoryview: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
     def __len__(self) -> int: ...
     @property
     def nbytes(self) -> int: ...
@@ -21,7 +28,11 @@ class Block:
     def share(self) -> bytes: ...
 
 def open_block(ref: bytes | bytearray | memoryview, fd: int | None = None) -> Block: ...
+def default_arena() -> Arena: ...
+def arena_block(obj: object) -> tuple[Block, int, int] | None: ...
+def _walk_to_block(owner: object, ndarray: type | None) -> Block | None: ...
 
+@disjoint_base
 class Arena:
     def __init__(
         self, *, segment_size: int = ..., limit: int | None = None, dir: str | os.PathLike[str] | None = None

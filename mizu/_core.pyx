@@ -1,4 +1,4 @@
-"""Bindings over the shared-memory core: segments, rings and peer watches.
+"""Bindings over the shared-memory core: segments, rings, peer watches and the usable-CPU count.
 
 These are the building blocks of the Executor. A `Segment` is one anonymous
 shared mapping; rings live inside it at fixed offsets, so any process that
@@ -18,6 +18,7 @@ from libcpp.memory cimport unique_ptr
 from libcpp.utility cimport move
 
 from mizu.includes.any_ring cimport AnyRing
+from mizu.includes.cpus cimport usable_cpus as _usable_cpus
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.ring cimport Reservation, RingBase, RingKind, RingLayout
 from mizu.includes.segment cimport Segment as CSegment
@@ -29,7 +30,7 @@ import os
 import threading
 from multiprocessing import reduction
 
-__all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError"]
+__all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError", "usable_cpus"]
 
 # A blocking pop first polls about this long with the GIL held (less if its
 # waiter's spin budget or the deadline is shorter): a peer that answers
@@ -53,6 +54,16 @@ class PeerDiedError(ConnectionError):
     def __init__(self, pid):
         super().__init__(f"peer process {pid} exited while this process waited on it")
         self.pid = pid
+
+
+def usable_cpus():
+    """usable_cpus()
+
+    The CPUs this process may run on: its affinity mask's count on Linux,
+    the machine's hardware threads elsewhere; at least 1. The rings' spin
+    gate counts the same.
+    """
+    return _usable_cpus()
 
 
 def _backend(waiter):

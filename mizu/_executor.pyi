@@ -7,18 +7,21 @@ from multiprocessing.process import BaseProcess
 from threading import Thread
 from typing import Any, ParamSpec, TypeVar
 
+__all__ = ["ProcessPoolExecutor"]
+
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
     _max_workers: int
     _mp_context: BaseContext
+    # The stdlib's are attributes its pool writes; these are read-only views of mizu's pool.
     @property
-    def _processes(self) -> dict[int, BaseProcess]: ...
+    def _processes(self) -> dict[int, BaseProcess] | None: ...  # type: ignore[override]
     @property
-    def _executor_manager_thread(self) -> Thread | None: ...
+    def _executor_manager_thread(self) -> Thread | None: ...  # type: ignore[override]
     @property
-    def _broken(self) -> str | bool: ...
+    def _broken(self) -> str | bool: ...  # type: ignore[override]
     def __init__(
         self,
         max_workers: int | None = None,

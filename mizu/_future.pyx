@@ -21,6 +21,8 @@ from cpython.ref cimport Py_INCREF
 import threading
 from concurrent.futures import _base
 
+__all__ = ["Cell", "LazyFuture"]
+
 
 cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object o)
@@ -120,10 +122,10 @@ class LazyFuture(_base.Future):
                 if cond is None:
                     _pin(self)
                     cond = cell.condition = _Condition()
-            self._watched()
+            self._observed()
         return cond
 
-    def _watched(self):
+    def _observed(self):
         """Called once, when a thread first waits on this future or registers a callback."""
 
     def done(self):

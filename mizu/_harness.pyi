@@ -1,3 +1,5 @@
+__all__ = ["pin_process", "pingpong_floor", "pingpong_ring", "stress"]
+
 def pingpong_floor(rounds: int, *, one_line: bool = False, pin: bool = True) -> float: ...
 def pingpong_ring(
     rounds: int, msg_size: int = 8, spin_ns: int = 50000, waiter: str | None = None, *, pin: bool = True

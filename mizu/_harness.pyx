@@ -10,6 +10,8 @@ from mizu.includes.waiter cimport WaitBackend
 
 from mizu._core import _backend
 
+__all__ = ["pin_process", "pingpong_floor", "pingpong_ring", "stress"]
+
 
 def pingpong_floor(rounds, *, one_line=False, pin=True):
     """pingpong_floor(rounds, *, one_line=False, pin=True)

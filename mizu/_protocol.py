@@ -177,11 +177,6 @@ def _receive_fds(channel, count):
     return list(fds)
 
 
-def is_frame(kind):
-    """Whether a message's first byte marks a frame of a longer message, for a Reassembler."""
-    return kind == FIRST or kind == CONTINUED
-
-
 def sender_of(message):
     """The sender named by an OOB message."""
     return _unpack(_OOB, message, 0, "out-of-band message header")[1]

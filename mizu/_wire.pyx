@@ -24,7 +24,7 @@ from libc.stdint cimport UINT32_MAX, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from mizu.includes.wire cimport (
-    ArrayHeader, FrameHeader, PickleBlob, Reader, Span, Storage, Tag, Writer, kMaxDepth, kMaxDims,
+    ArrayHeader, PickleBlob, Reader, Span, Storage, Tag, Writer, kMaxDepth, kMaxDims,
 )
 
 import sys

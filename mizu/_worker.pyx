@@ -21,6 +21,8 @@ from mizu import _core
 from mizu._protocol import (CALL, CONTINUED, FIRST, FLAT, INITIALIZER, OK, RAISED, RESULT, RETIRING, SINGLE, TASK,
                             UNPICKLING, WIRE, Reassembler, dumps, dumps_pickled, frames, loads)
 
+__all__ = ["main"]
+
 
 _IDLE_SLICE_NS = 250_000_000
 cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _WIRE_MESSAGE = WIRE

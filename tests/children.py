@@ -654,7 +654,7 @@ def client_exits_with_work_pending(kind, how, path):
         ex = _executor(kind)
 
         def submit_until_refused(thread):
-            # Thread 0 leaves its futures; thread 1 waits on each, draining results.
+            # Thread 0 leaves its futures; thread 1 waits on each, collecting results.
             for i in itertools.count():
                 value = f"{thread}-{i}"
                 try:

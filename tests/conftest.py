@@ -15,8 +15,11 @@ from hypothesis import HealthCheck, settings
 
 import mizu
 
-# Child processes import their entry points from tests/children.py by name.
+# The tests, and the child processes they start, import children.py and
+# helpers.py from this folder by name.
 sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import shm_entries  # noqa: E402
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
@@ -69,15 +72,6 @@ def waiter(request):
     return request.param
 
 
-def _shm_entries():
-    # sem.mp-* are multiprocessing's named semaphores: mizu makes none, and
-    # any other Python process on the machine may create and remove them.
-    try:
-        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
-    except FileNotFoundError:
-        return set()
-
-
 @pytest.fixture(autouse=True)
 def leaves_nothing_behind(request):
     """Every test ends with no new /dev/shm entry and no live child process.
@@ -85,7 +79,7 @@ def leaves_nothing_behind(request):
     The stdlib's pool, run as the oracle, is excused /dev/shm: a broken pool
     of it leaves its semaphores for the resource tracker to remove later.
     """
-    before = _shm_entries()
+    before = shm_entries()
     yield
     deadline = time.monotonic() + 10
     while multiprocessing.active_children() and time.monotonic() < deadline:
@@ -93,4 +87,4 @@ def leaves_nothing_behind(request):
     assert not multiprocessing.active_children(), "a test left child processes running"
     params = getattr(request.node, "callspec", None)
     if params is None or params.params.get("executor_type") != "stdlib":
-        assert _shm_entries() - before == set(), "a test left entries in /dev/shm"
+        assert shm_entries() - before == set(), "a test left entries in /dev/shm"

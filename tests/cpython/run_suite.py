@@ -80,13 +80,13 @@ def _end_leftover_pools(cleanup):
     Their workers hold the resource tracker's pipe, so the cleanup's wait for
     the tracker would otherwise never end.
     """
-    from mizu import _executor
+    from mizu import _pool
 
     def cleanup_after_pools():
-        leftover = list(_executor._live_pools)
+        leftover = list(_pool._live_pools)
         for pool in leftover:
             pool.force_shutdown("kill")
-            pool.thread.join()
+            pool.manager.join()
         if leftover:
             print(f"\n{len(leftover)} mizu pool(s) were left open by the tests above", file=sys.stderr)
         cleanup()

@@ -203,7 +203,7 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
     mizu only: the stdlib's result thread reads the dead worker's
     half-written message from a pipe that the client itself keeps open, and
     waits forever for the rest. To hold the worker halfway, a done-callback
-    of an earlier task blocks the thread that drains results until the
+    of an earlier task blocks the thread that collects results until the
     worker is killed: the ring fills and the worker sleeps in its push.
     """
     ex = make(mizu.ProcessPoolExecutor, 1, mp_context=context)
@@ -354,7 +354,7 @@ def test_a_malformed_compact_task_ends_its_worker_and_breaks_the_pool(make, mess
     """A compact task message (mizu only) cut short, or whose header no argument tuple follows."""
     ex = make(mizu.ProcessPoolExecutor, 1)
     assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
-    ex._pool.slots[0].ring.push(message, timeout=WAIT)
+    ex._pool.roster[0].ring.push(message, timeout=WAIT)
     errors, refusal = _broken_errors(ex, _submit_until_broken(ex, 3, children.double, 3))
     _assert_names(errors, refusal, "exited with code 1", f"unpickling the task raised {line}", traceback=line)
 

@@ -20,6 +20,7 @@ import pytest
 
 import children
 import mizu
+from helpers import TESTS, child_environ, mapped_segments
 
 
 def test_mizu_is_a_concurrent_futures_process_pool():
@@ -385,18 +386,13 @@ def _descriptors():
     return set(os.listdir("/proc/self/fd"))
 
 
-def _mapped_segments():
-    with open("/proc/self/maps") as maps:
-        return sum("memfd:mizu" in line for line in maps)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
 def test_a_shut_down_pool_holds_no_descriptor_and_no_memory(executor_type, start_method):
     """Pools kept in a list after shutdown(): each lets go of its descriptors and its segment when it returns."""
     context = multiprocessing.get_context(start_method)
     with executor_type(2, mp_context=context) as warm:   # what a first pool opens once per process
         warm.submit(children.double, 1).result(timeout=60)
-    descriptors, segments = _descriptors(), _mapped_segments()
+    descriptors, segments = _descriptors(), mapped_segments()
     kept = []
     for _ in range(5):
         ex = executor_type(4, mp_context=context)
@@ -405,7 +401,7 @@ def test_a_shut_down_pool_holds_no_descriptor_and_no_memory(executor_type, start
         ex.shutdown()
         kept.append(ex)
     assert _descriptors() <= descriptors
-    assert _mapped_segments() <= segments
+    assert mapped_segments() <= segments
     assert all(ex._processes is None for ex in kept)
 
 
@@ -413,7 +409,7 @@ def test_a_worker_start_failure_names_no_unrelated_error(executor_type, tmp_path
     """A worker that dies while starting (here: importing a __main__ that raises) is not said to run the task,
     and the error chains to nothing spurious."""
     script = tmp_path / "main_raises.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+    script.write_text(f"import sys\nsys.path.insert(0, {TESTS!r})\n"
                       "import children\n"
                       "if __name__ != '__main__':\n    raise ImportError('__main__ cannot be imported here')\n")
     code = f"""
@@ -453,8 +449,7 @@ with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_m
     ex.submit(children.echo_value, numpy.arange(3)).result(timeout=60)
     print(ex.submit(children.loaded, "numpy").result(timeout=60))
 """
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True"]

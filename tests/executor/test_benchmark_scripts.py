@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+from helpers import BENCHMARKS
 
 
 def test_paired_runs_two_interpreters_in_alternation():

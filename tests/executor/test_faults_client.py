@@ -21,20 +21,17 @@ import pytest
 
 import children
 import mizu
+from helpers import child_environ, shm_entries
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 class Client:
     """A client subprocess: its stdout lines as they come, its stderr at the end."""
 
     def __init__(self, call, cwd, env=None, preexec_fn=None):
-        environ = dict(os.environ, **(env or {}))
-        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
-                                     env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=child_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True, preexec_fn=preexec_fn)
         self.pid = self.proc.pid
         self.lines = queue.Queue()
@@ -178,15 +175,6 @@ def _holders(memfds):
     return holders
 
 
-def _shm():
-    """/dev/shm's entries, but multiprocessing's semaphores, which other programs' pools make and remove at any time
-    on a shared machine: a mizu pool makes none."""
-    try:
-        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
-    except FileNotFoundError:
-        return set()
-
-
 # -- the client killed -------------------------------------------------------------------------------
 
 
@@ -197,7 +185,7 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     mizu only: the stdlib's workers outlive a killed client, waiting on
     their call queue for ever.
     """
-    before = _shm()
+    before = shm_entries()
     marks = tmp_path / "running"
     marks.mkdir()
     c = client(f"client_with_busy_pool({start_method!r}, {str(marks)!r})")
@@ -211,7 +199,7 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     assert _exit_all(workers, 5) < 5, "the workers outlived their client"
     _exit_all(group, 30)
     assert _holders(memfds) == set()
-    assert _shm() - before == set()
+    assert shm_entries() - before == set()
 
 
 # -- Ctrl-C ---------------------------------------------------------------------------------------
@@ -255,7 +243,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
 
     mizu only: the stdlib's client waits for every task, whatever it is sent.
     """
-    before = _shm()
+    before = shm_entries()
     c = client("client_mapping_sleeps(4, 8, 20)")
     workers = json.loads(c.line(60))["workers"]
     assert c.line(60) == "mapping"
@@ -271,7 +259,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
     assert "Fatal" not in err and "FATAL" not in err
     _exit_all(workers, 5)
     _group_ends(c.pid, 5)
-    assert _shm() - before == set()
+    assert shm_entries() - before == set()
 
 
 def _signals(seed):
@@ -293,7 +281,7 @@ def test_no_sequence_of_signals_crashes_the_client(client, seed):
     The client ends by a signal or an exception, never by a crash; nothing
     of it is left running or in /dev/shm.
     """
-    before = _shm()
+    before = shm_entries()
     c = client("client_mapping_sleeps(4, 8, 3)")
     workers = json.loads(c.line(60))["workers"]
     assert c.line(60) == "mapping"
@@ -307,7 +295,7 @@ def test_no_sequence_of_signals_crashes_the_client(client, seed):
     assert "Fatal" not in err and "FATAL" not in err, err
     _exit_all(workers, 5)
     _group_ends(c.pid, 5)
-    assert _shm() - before == set()
+    assert shm_entries() - before == set()
 
 
 @linux_only

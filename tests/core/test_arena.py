@@ -14,6 +14,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 import children
 from children import arena_fill, arena_intact
+from helpers import mapped_segments
 from mizu import _arena
 
 
@@ -375,15 +376,10 @@ def test_closing_while_another_thread_allocates():
     assert child.exitcode == 0
 
 
-def segment_mappings():
-    with open("/proc/self/maps") as maps:
-        return sum("memfd:mizu" in line for line in maps)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="counts memfd mappings in /proc/self/maps")
 def test_segments_the_arena_retires_are_unmapped():
     arena = _arena.Arena(segment_size=1 << 16, limit=1 << 18)
-    before = segment_mappings()
+    before = mapped_segments()
     for _ in range(5):
         blocks = []
         with pytest.raises(MemoryError):
@@ -393,7 +389,7 @@ def test_segments_the_arena_retires_are_unmapped():
         big = arena.alloc(200000)  # retires the four empty segments
         del big
         assert arena.stats()["capacity"] == 0
-        assert segment_mappings() < before  # every segment, the first one too, is gone
+        assert mapped_segments() < before  # every segment, the first one too, is gone
     assert_empty(arena)
 
 
@@ -406,14 +402,14 @@ def test_a_freed_large_block_leaves_its_segment_for_the_next():
     del first
     s = arena.stats()
     assert s["spares"] == 1, s
-    mappings = segment_mappings()
+    mappings = mapped_segments()
     for i in range(50):
         block = arena.alloc((10 << 20) - i * 4096)  # fits the spare, however its size wanders
         assert block.segment_id == segment_id
         np.frombuffer(block, np.uint8)[:] = i
         del block
         assert arena.stats() == s
-        assert segment_mappings() == mappings
+        assert mapped_segments() == mappings
     small = arena.alloc(2 << 20)  # the spare is more than twice its need: a segment of its own
     assert small.segment_id != segment_id
     del small

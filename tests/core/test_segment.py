@@ -139,3 +139,13 @@ def test_killed_holder_leaves_nothing_behind():
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
     assert child.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity mask on this platform")
+def test_usable_cpus_counts_the_affinity_mask(tmp_path):
+    assert _core.usable_cpus() == len(os.sched_getaffinity(0))
+    one = min(os.sched_getaffinity(0))
+    code = f"import os; os.sched_setaffinity(0, {{{one}}}); from mizu import _core; print(_core.usable_cpus())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert out == "1\n"

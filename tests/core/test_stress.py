@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import children
+from helpers import BENCHMARKS
 from mizu import _core, _harness
 
 FORK = multiprocessing.get_context("fork")
@@ -58,7 +59,7 @@ def test_spsc_stream_across_processes_keeps_order():
     assert ring.try_pop() is None
 
 
-SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "benchmarks", "mizu-soak.py")
+SOAK = os.path.join(BENCHMARKS, "mizu-soak.py")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the soak reads /proc")

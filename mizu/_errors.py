@@ -1,0 +1,88 @@
+"""What a broken pool says: the stdlib's BrokenProcessPool texts, a dead worker's obituary, short reprs of calls."""
+
+import reprlib
+import signal
+import traceback
+from concurrent.futures.process import _RemoteTraceback
+
+from mizu._protocol import CALL, FLAT, INITIALIZER, SINGLE, UNPICKLING
+
+BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
+BROKEN_FUTURE = "A process in the process pool was terminated abruptly while the future was running or pending."
+TERMINATED = "The process pool was terminated, it is not usable anymore"
+TERMINATED_FUTURE = "The process pool was terminated while the future was running or pending."
+
+_TASK_REPR = 200      # characters of a task's call in an error message
+
+
+class _BriefRepr(reprlib.Repr):
+    """reprlib's short reprs, also for bytes: a task's argument may be a large buffer."""
+
+    def repr_bytes(self, obj, level):
+        text = repr(obj[:self.maxstring])
+        return text if len(obj) <= self.maxstring else f"{text[:-1]}...{text[-1]} ({len(obj)} bytes)"
+
+    repr_bytearray = repr_bytes
+
+
+brief = _BriefRepr()
+brief.maxstring, brief.maxother = 60, 100
+
+
+def call_repr(fn, args, kwargs):
+    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' brief reprs."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    label = f"{module}.{name}" if module and name else brief.repr(fn)
+    parts = [brief.repr(arg) for arg in args]
+    parts.extend(f"{key}={brief.repr(value)}" for key, value in kwargs.items())
+    text = f"{label}({', '.join(parts)})"
+    return text if len(text) <= _TASK_REPR else text[:_TASK_REPR - 3] + "..."
+
+
+def task_repr(kind, fn, first, second, calls):
+    """The call a task stands for, or the first of its map batch: its parts as its message has them (mizu._protocol)."""
+    if kind == CALL:
+        return call_repr(fn, first, second)
+    units, shape = first, second
+    args = units[0] if shape & FLAT else units[0][0]
+    return (f"a map batch of {calls} call{'s' if calls != 1 else ''}, the first "
+            f"{call_repr(fn, (args,) if shape & SINGLE else args, {})}")
+
+
+def obituary(process, failure, took_a_task, task, starting_hint):
+    """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
+
+    failure: (stage, traceback) if its initializer or the unpickling of a
+    task raised, else None. took_a_task: whether it took one from its ring.
+    task: task_repr() of the task it was running, or None. starting_hint: why
+    a worker of its launcher may die before its first task, or "".
+    """
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    text = f"Process {process.pid} ({process.name}) {how}"
+    stage, tb = failure if failure is not None else (None, None)
+    if stage == INITIALIZER:
+        return f"{text}: its initializer raised {tb.splitlines()[-1]}."
+    if not took_a_task:
+        text = f"{text} while starting, before it took a task"
+        if starting_hint:
+            text += f" ({starting_hint})"
+        return text + "."
+    if task is not None:
+        text = f"{text} while running {task}"
+    if stage == UNPICKLING:
+        text = f"{text}: unpickling the task raised {tb.splitlines()[-1]}"
+    return text + "."
+
+
+def fail_unpicklable(future, exc):
+    """Fail the future of a task that could not be pickled as the stdlib's queue feeder does: exc, remote traceback."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    exc.__cause__ = _RemoteTraceback('\n"""\n{}"""'.format("".join(tb)))
+    future.set_exception(exc)

@@ -1,0 +1,25 @@
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from typing_extensions import disjoint_base
+
+from mizu._pool import Pool
+
+__all__ = ["MapResults", "map_results"]
+
+@disjoint_base
+class MapResults(Iterator[Any]):
+    def __new__(cls, batches: Iterator[list[Any]]) -> MapResults: ...
+    def __iter__(self) -> MapResults: ...
+    def __next__(self) -> Any: ...
+    def close(self) -> None: ...
+
+def map_results(
+    pool: Pool,
+    fn: Callable[..., object],
+    iterables: Sequence[Iterable[Any]],
+    timeout: float | None,
+    chunksize: int,
+    buffersize: int | None,
+    workers: int,
+) -> MapResults: ...

@@ -1,0 +1,132 @@
+# cython: auto_pickle=False
+"""Executor.map: its calls cut into batches that travel as one task each, and the iterator of their results.
+
+Units are the stdlib's chunks: an exception stands for its whole unit.
+Several units travel as one batch, with no Future per unit; with chunksize 1
+a unit is the call itself. A call's arguments are a tuple, or with one
+iterable the bare item (mizu._protocol's BATCH message).
+"""
+
+from cpython.list cimport PyList_GET_SIZE
+
+from mizu._pool cimport Pool
+
+import collections
+import itertools
+from concurrent.futures import _base
+from time import monotonic as _monotonic
+
+from mizu._protocol import BATCH, FLAT, SINGLE
+
+__all__ = ["MapResults", "map_results"]
+
+_BATCH_SECONDS = 500e-6
+_MAX_BATCH = 1024
+
+
+cdef class MapResults:
+    """The iterator map returns: the values of each list that `batches` yields, popped from its end.
+
+    Popped, not iterated: a value the caller has dropped stays alive nowhere
+    here. Once iteration has begun, dropping or closing it closes `batches`,
+    which cancels the tasks not yet started, as closing the stdlib's
+    generator does.
+    """
+
+    cdef list values
+    cdef object batches
+    cdef object __weakref__
+
+    def __cinit__(self, batches):
+        self.values = []
+        self.batches = batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef list values = self.values
+        while not PyList_GET_SIZE(values):
+            if self.batches is None:
+                raise StopIteration
+            values = self.values = next(self.batches)
+        return values.pop()
+
+    def close(self):
+        """Stop early: once iteration has begun, tasks not yet started are cancelled."""
+        if self.batches is not None:
+            # Raises, and changes nothing, while another thread is in next().
+            self.batches.close()
+        self.values = []
+        self.batches = None
+
+
+def _slices(sequence, size):
+    for start in range(0, len(sequence), size):
+        yield sequence[start:start + size]
+
+
+def _chunks(arguments, size):
+    while chunk := list(itertools.islice(arguments, size)):
+        yield chunk
+
+
+cdef Py_ssize_t _batch_size(double task_seconds, Py_ssize_t units, Py_ssize_t chunksize, Py_ssize_t workers):
+    """Units per batch: enough batches to keep every worker busy to the end, each worth ~_BATCH_SECONDS."""
+    by_time = max(1, int(_BATCH_SECONDS / (task_seconds * chunksize)))
+    by_balance = max(1, units // (workers * 8))
+    return min(by_time, by_balance, _MAX_BATCH)
+
+
+def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers):
+    """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
+
+    The arguments are the Executor's, checked; workers: its max_workers.
+    """
+    end_time = None if timeout is None else timeout + _monotonic()
+    flat = chunksize == 1
+    single = len(iterables) == 1
+    calls = iter(iterables[0]) if single else zip(*iterables)
+    units = calls if flat else _chunks(calls, chunksize)
+    shape = (FLAT if flat else 0) | (SINGLE if single else 0)
+    if buffersize is None:
+        units = list(units)
+        per_batch = _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        # Not a generator expression: that would keep `units` in the
+        # closure of results(), for the garbage collector to walk until the end.
+        batches = _slices(units, per_batch)
+    else:
+        batches = _chunks(units, 1)
+
+    def send(batch):
+        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)))
+
+    futures = collections.deque(
+        map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))
+
+    def results():
+        """Each batch's values, in a list in reverse order, for MapResults to pop."""
+        try:
+            while futures:
+                if buffersize is not None:
+                    futures.extend(map(send, itertools.islice(batches, 1)))
+                future = futures.popleft()
+                try:
+                    values, failures = future.result(None if end_time is None else end_time - _monotonic())
+                except _base.TimeoutError:
+                    future.cancel()
+                    raise
+                del future
+                if failures:
+                    del values[failures[0][0]:]
+                if not flat:
+                    values = list(itertools.chain.from_iterable(values))
+                values.reverse()
+                yield values
+                if failures:
+                    raise failures[0][1]
+        finally:
+            for future in futures:
+                future.cancel()
+
+    return MapResults(results())

@@ -1,0 +1,71 @@
+# The pool engine's classes, for the Executor and map to call at C speed.
+
+from libc.stdint cimport int64_t
+
+from mizu._core cimport _Ring
+from mizu._future cimport Cell
+from mizu._sync cimport Fifo, Lock
+from mizu.includes.wire cimport Writer
+
+
+cdef class Worker:
+    cdef readonly Py_ssize_t index
+    cdef readonly _Ring ring          # None once the pool has let go of its segment
+    cdef readonly object outbox
+    cdef readonly Fifo in_flight
+    cdef readonly dict registered
+    cdef public object process, watch, channel, failure
+    cdef public Py_ssize_t started_tasks
+    cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
+
+    cdef release(self)
+
+
+cdef class Pool:
+    cdef readonly object launcher, max_tasks, segment
+    cdef readonly _Ring results
+    cdef readonly list roster, workers
+    cdef readonly Py_ssize_t collecting   # callers collecting results in wait_until
+    cdef readonly bint on_demand
+    cdef readonly object idle, state_lock, kicked, reassembler, ref
+    cdef readonly Fifo pending
+    cdef readonly Lock send_lock, recv_lock
+    cdef readonly set feeding
+    cdef readonly unsigned long recv_owner
+    cdef public object broken, manager
+    cdef public bint observed, shutting_down, started
+    cdef public double task_seconds
+    cdef public Py_ssize_t depth
+    cdef Py_ssize_t cores               # the CPUs this process may use
+    cdef unsigned long long last_task_id, last_fn_id     # under send_lock
+    cdef int owner                      # the process that made the pool
+    cdef object __weakref__
+
+    cdef grow(self)
+    cdef adjust(self)
+    cdef launch(self, Worker worker)
+    cdef bint sending(self)
+    cdef outstanding(self)
+    cdef close_workers(self, kill=*)
+    cdef release(self)
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls)
+    cdef int refuse_if_closed(self) except -1
+    cdef void learn(self, double seconds) noexcept
+    cdef dispatch(self)
+    cdef bytes task_message(self, Worker worker, Cell cell, Writer& w)
+    cdef Worker pick(self, Py_ssize_t depth)
+    cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message)
+    cdef flush(self, Worker worker)
+    cdef bint take_recv(self, int64_t deadline_ns) except -1
+    cdef give_recv(self)
+    cdef wait_until(self, Cell cell, int64_t deadline_ns)
+    cdef collect_until(self, Cell cell, int64_t deadline_ns)
+    cdef bint core_to_spare(self)
+    cdef collect_ready(self)
+    cdef handle(self, bytes frame)
+    cdef settle(self, bytes frame)
+    cdef replace(self, Worker worker)
+    cdef check_workers(self)
+    cdef str obituary_of(self, Worker worker)
+    cdef terminate_broken(self, detail, remote=*, pool_text=*, future_text=*)
+    cdef abandon(self)

@@ -1,0 +1,918 @@
+# cython: auto_pickle=False
+"""The pool engine: starts and stops workers, dispatches tasks, collects results, breaks, shuts down.
+
+Data flow (one shared segment per pool; the rings are in it):
+
+  caller threads                                     workers 0..N-1 (mizu._worker),
+                                                     started by the pool's launcher
+  submit() / map()
+    | a Future, its task in its Cell, joins `pending`
+    v
+  dispatch()  [send_lock]
+    | to the worker with the fewest tasks in flight,
+    | at most `depth` each: its `in_flight` <- the future,
+    | its task ring <- the encoded task -------- SpscRing per worker ---->  pop a task, run it
+    | A full ring, or a message longer than a slot:                              |
+    | the message, or the pieces of a long one,                                  |
+    | waits in the worker's `outbox` (the worker is                              |
+    | then in `feeding`); each dispatch pushes what                              |
+    | room has come, and so does each collecting slice.                          v
+    | submit() then, if tasks still wait and nobody                        push its result
+    | collects, collects what is ready (so in-flight room                        |
+    | frees) and dispatches again.                                               |
+    v                                                                            |
+  Future.result() / exception()  [recv_lock]   <------- one MpmcRing shared by all
+    collect_until(): the caller pops the result ring itself (spinning while a
+    core is to spare beside the busy workers, else sleeping in the waiter),
+    settles futures (set_result / set_exception, which run their callbacks),
+    dispatches whatever waits, and checks the workers every 20 ms.
+
+  manager thread ("mizu-manager", started by the first submit)  [recv_lock, taken only if free]
+    Collects only while no caller does: while a callback, wait() or
+    as_completed() waits on a future (`observed`), it sleeps in the result
+    ring's waiter and collects as results come, running the callbacks;
+    otherwise it wakes every 2 ms (0.2 ms while an outbox waits, 100 ms when
+    nothing is outstanding) to collect what is ready and check the workers.
+    Once the pool is shutting down and nothing is outstanding, it closes the
+    task rings (each worker exits when its ring is closed and empty), joins
+    the workers, closes the result ring and lets go of the segment.
+
+Beside its ring, each worker shares a Unix socket pair with the client: the
+descriptors of shared-memory segments that a message's arrays live in cross
+it, in both directions, just before the message enters a ring (see
+mizu._protocol). A worker that reaches max_tasks_per_child says it retires;
+the pool joins it and launches its successor on the same ring. With fork every
+worker starts at the first submit; with spawn and forkserver one starts
+whenever a submit finds none idle.
+
+Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
+died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
+on every pending future, then on submit). The messages add to the stdlib's
+text the dead process, its exit code or signal, the task it was running and,
+when its initializer or the unpickling of a task raised, that error (the
+worker sends its traceback before it exits; see mizu._errors). The other
+workers get SIGTERM, and SIGKILL if they outlast a grace period.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport int64_t
+from libc.string cimport memset
+
+from mizu._core cimport _Ring
+from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
+from mizu._messages cimport ResultHeader, TaskHeader
+from mizu._sync cimport Fifo, Lock
+from mizu._wire cimport decode, decode_after, encode_plain, encode_plain_into
+from mizu.includes.wire cimport Writer
+from mizu.includes.spin cimport kForever, now_ns
+
+import collections
+import os
+import threading
+import traceback
+import types
+import weakref
+from concurrent.futures import _base
+from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
+from time import monotonic as _monotonic
+
+from mizu import _core
+from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
+                          task_repr)
+from mizu._future import LazyFuture
+from mizu._protocol import (CALL, CONTINUED, FIRST, OK, OOB, RESULT, RETIRING, TASK, WIRE, Reassembler,
+                            dumps_pickled, frames, loads, sender_of)
+
+__all__ = ["Future", "Pool", "Worker"]
+
+cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
+cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT
+cdef int _OK = OK, _RETIRING = RETIRING, _CALL = CALL
+_SLICE = 0.02
+cdef int64_t _SLICE_NS = 20_000_000
+_IDLE = 0.1
+_POLL = 0.002
+_FEED = 0.0002
+cdef int64_t _FEED_NS = 200_000
+_TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16   # each ring's slots, and their size
+_MAX_DEPTH = 48
+_SHORT_TASK = 200e-6
+cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
+cdef double _SHORT_TASK_C = _SHORT_TASK
+_GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
+
+
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident()
+
+
+cdef inline void _drop_task(Cell cell) noexcept:
+    """Let go of the call of a task that has ended (or never will run): its arguments may be large."""
+    cell.fn = cell.first = cell.second = None
+
+
+cdef object _lazy_result = LazyFuture.result
+cdef object _lazy_exception = LazyFuture.exception
+cdef object _FINISHED = _base.FINISHED
+
+
+cdef object _collect_for(Cell cell, timeout):
+    """Collect results in this thread until the future of cell is done; the part of timeout left for the stdlib's own wait."""
+    if is_done(cell):
+        return timeout
+    pool = cell.pool()
+    if pool is None:
+        return timeout
+    if timeout is None:
+        (<Pool>pool).wait_until(cell, kForever)
+        return None
+    cdef int64_t deadline = now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9)
+    (<Pool>pool).wait_until(cell, deadline)
+    return max(0, deadline - now_ns()) * 1e-9
+
+
+class Future(LazyFuture):
+    """A concurrent.futures.Future whose waiting caller collects results itself.
+
+    Its name is the stdlib's, so that it prints as the stdlib's futures do.
+    """
+
+    def _observed(self):
+        # A callback, wait() or as_completed() now depends on the manager thread.
+        pool = (<Cell>self._cell).pool()
+        if pool is not None:
+            pool.observe()
+
+    def result(self, timeout=None):
+        cdef Cell cell = self._cell
+        if cell.state is not _FINISHED:
+            timeout = _collect_for(cell, timeout)
+            if cell.state is not _FINISHED:
+                return _lazy_result(self, timeout)
+        # A traceback through Cython code holds no frame with this future in
+        # it, so raising here makes no reference cycle.
+        if cell.exception is not None:
+            raise cell.exception
+        return cell.result
+
+    def exception(self, timeout=None):
+        return _lazy_exception(self, _collect_for(self._cell, timeout))
+
+
+cdef class Worker:
+    """One of the pool's workers: its task ring, the process serving it (a successor after one retires), bookkeeping."""
+
+    def __init__(self, index, ring):
+        self.index = index
+        self.ring = ring
+        self.process = None
+        self.watch = None             # the process's PeerWatch
+        self.channel = None           # this end of the socket pair shared with the process
+        self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
+        # The futures of the tasks sent, oldest first: a worker answers in the order it is sent tasks.
+        self.in_flight = Fifo()
+        self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring
+        self.registered = {}          # callable -> id, for this process
+        self.started_tasks = 0        # tasks sent to the current process
+
+    cdef release(self):
+        self.ring = None
+        self.process = self.watch = self.channel = None
+        self.registered.clear()
+
+
+cdef object _answered(Fifo in_flight, unsigned long long task_id):
+    """Take the future of task_id from a worker's in_flight, or None: the oldest, unless the worker broke protocol."""
+    if in_flight.size() and cell_of(in_flight.oldest()).task_id == task_id:
+        return in_flight.pop_oldest()
+    for future in in_flight.snapshot():
+        if cell_of(future).task_id == task_id:
+            in_flight.remove(future)
+            return future
+    return None
+
+
+cdef object _FunctionType = types.FunctionType
+cdef object _BuiltinFunctionType = types.BuiltinFunctionType
+cdef object _ModuleType = types.ModuleType
+
+
+cdef inline bint _registrable(fn) except -1:
+    # Plain functions and module-level builtins pickle by qualified name, so
+    # sending one once and then its id is exactly what pickling it every
+    # time would do. Anything else (bound methods, partials, instances)
+    # carries state that may change between calls, and is pickled each time.
+    kind = type(fn)
+    return kind is _FunctionType or (kind is _BuiltinFunctionType and isinstance(fn.__self__, _ModuleType))
+
+
+cdef class Pool:
+    """Pool(max_workers, launcher, max_tasks)
+
+    The state shared by the Executor, its futures and the manager thread.
+
+    launcher starts each worker (mizu._launchers); max_tasks: the tasks a
+    worker runs before it retires, or None.
+    """
+
+    def __init__(self, max_workers, launcher, max_tasks):
+        self.launcher = launcher
+        self.max_tasks = max_tasks
+        # Each allocation is rounded up to 128 bytes; a page covers the segment's header.
+        ring_bytes = (_core.MpmcRing.footprint(_RESULT_SLOTS, _SLOT_BYTES)
+                      + max_workers * _core.SpscRing.footprint(_TASK_SLOTS, _SLOT_BYTES))
+        self.segment = _core.Segment(ring_bytes + 128 * (max_workers + 1) + 4096)
+        self.results = _core.MpmcRing(self.segment, _RESULT_SLOTS, _SLOT_BYTES)
+        self.roster = [Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
+                       for i in range(max_workers)]
+        # The workers of the roster that have started, in its order: all at
+        # once, or (on_demand, as the stdlib does with spawn and forkserver)
+        # one whenever a task finds no idle worker.
+        self.workers = []
+        self.on_demand = launcher.on_demand
+        self.idle = collections.deque()   # one entry per completed task, taken by a submit instead of a start
+        self.pending = Fifo()
+        self.send_lock = Lock()
+        self.recv_lock = Lock()
+        self.state_lock = threading.RLock()
+        self.recv_owner = 0             # the thread holding recv_lock
+        self.collecting = 0
+        self.observed = False
+        self.kicked = threading.Event()
+        self.reassembler = Reassembler()
+        self.task_seconds = _SHORT_TASK
+        self.depth = 2
+        self.cores = _core.usable_cpus()
+        self.feeding = set()          # workers whose outbox is not empty
+        self.broken = None
+        self.shutting_down = False
+        self.started = False
+        self.manager = None
+        self.ref = weakref.ref(self)
+        self.owner = os.getpid()
+        _all_pools.add(self)
+
+    # -- starting and stopping -------------------------------------------------------------
+
+    def start(self):
+        try:
+            # Fork before the thread exists: forking a process with threads risks the child's locks.
+            if not self.on_demand:
+                for worker in self.roster:
+                    self.grow()
+            self.manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
+            self.manager.start()
+        except BaseException as exc:
+            # No descriptors or processes left, or at interpreter exit no
+            # thread can start: the workers already started are told to stop
+            # (their rings are closed, so the pool cannot start again).
+            self.close_workers()
+            self.broken = f"The pool could not start its workers: {exc!r}"
+            self.release()
+            raise
+        _live_pools.add(self)
+        self.started = True
+
+    cdef grow(self):
+        worker = self.roster[len(self.workers)]
+        self.launch(worker)
+        self.workers.append(worker)
+
+    cdef adjust(self):
+        """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock."""
+        if len(self.workers) < len(self.roster):
+            if self.idle:
+                self.idle.pop()
+            else:
+                self.grow()
+
+    cdef launch(self, Worker worker):
+        """Start a process for worker, its first or the successor of one that retired."""
+        proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
+        if worker.channel is not None:
+            worker.channel.close()
+        worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
+        worker.registered.clear()
+        worker.started_tasks = 0
+        worker.popped_at_start = worker.ring.popped
+        worker.failure = None
+
+    cdef bint sending(self):
+        return bool(self.feeding)
+
+    cdef outstanding(self):
+        """A future that is not done yet, or None. Safe while other threads submit and collect."""
+        cdef Worker worker
+        for worker in self.workers:
+            future = worker.in_flight.oldest()
+            if future is not None:
+                return future
+        for future in self.pending.snapshot():
+            if not future.done():
+                return future
+        return None
+
+    cdef close_workers(self, kill=None):
+        """Close every worker's ring, so it exits; with kill ("terminate"), signal them too; join them.
+
+        It works on its own list of the workers' parts: the manager thread may
+        let go of the pool's (release) meanwhile.
+        """
+        cdef Worker worker
+        parts = [(worker.ring, worker.process, worker.channel) for worker in self.workers]
+        procs = [proc for _, proc, _ in parts if proc is not None]
+        for ring, _, _ in parts:
+            if ring is not None:
+                ring.close()
+        if kill is not None:
+            for proc in procs:
+                _signal(proc, kill)
+            deadline = _monotonic() + _GRACE
+            for proc in procs:
+                proc.join(max(0.0, deadline - _monotonic()))
+                # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
+                _signal(proc, "kill")
+        for _, proc, channel in parts:
+            if proc is not None:
+                proc.join()
+                channel.close()
+
+    cdef release(self):
+        """Let go of the segment, the rings and every worker's descriptors, once the workers are gone.
+
+        The segment unmaps, and its descriptor closes, when the last handle
+        to one of its rings goes; a thread still inside a ring call holds its
+        handle until it returns.
+        """
+        cdef Worker worker
+        self.recv_lock.take(kForever)
+        self.send_lock.take(kForever)
+        try:
+            for worker in self.roster:
+                if worker.channel is not None:
+                    worker.channel.close()
+                worker.release()
+            self.workers, self.roster = [], []
+            self.results = self.segment = None
+        finally:
+            self.send_lock.give()
+            self.recv_lock.give()
+
+    # -- submitting ---------------------------------------------------------------------------
+
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls):
+        """The future of a task: (kind, fn, first, second) as a message has them (mizu._protocol)."""
+        cdef Cell cell = Cell.__new__(Cell)
+        cell.pool = self.ref
+        cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
+        future = new_future(Future, cell)
+        if self.started and len(self.workers) == len(self.roster):
+            # Every worker has started. Nothing from here to the append runs
+            # Python code, so under the GIL no other thread runs in between:
+            # shutdown() and terminate_broken() set their flags, and the
+            # latter empties `pending`, either wholly before or wholly after.
+            self.refuse_if_closed()
+            self.pending.push(future)
+        else:
+            with self.state_lock:
+                self.refuse_if_closed()
+                if not self.started:
+                    self.start()
+                self.pending.push(future)
+                if self.on_demand:
+                    try:
+                        self.adjust()
+                    except BaseException:
+                        # No worker started for it (an initializer that cannot
+                        # be pickled for spawn, no descriptors left): it must not
+                        # stay pending, or shutdown would wait for it forever.
+                        # (Another thread may have sent it to a running worker.)
+                        if self.pending.remove(future):
+                            _drop_task(cell)
+                        raise
+        self.dispatch()
+        if self.pending.size() and self.take_recv(0):
+            try:
+                self.collect_ready()
+            finally:
+                self.give_recv()
+        return future
+
+    cdef int refuse_if_closed(self) except -1:
+        if self.broken is not None:
+            raise BrokenProcessPool(self.broken)
+        if self.shutting_down:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if _interpreter_exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        return 0
+
+    cdef void learn(self, double seconds) noexcept:
+        """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""
+        self.task_seconds = seconds = 0.8 * self.task_seconds + 0.2 * seconds
+        if seconds >= _SHORT_TASK_C:
+            self.depth = 2
+        else:
+            self.depth = <Py_ssize_t>min(<double>_MAX_DEPTH_C, max(2.0, _SHORT_TASK_C / max(seconds, 1e-7)))
+
+    cdef dispatch(self):
+        cdef Worker worker
+        cdef Cell cell
+        cdef Writer w
+        if not self.pending.size() and not self.feeding:
+            return
+        cdef list unpicklable = None
+        cdef Py_ssize_t depth
+        interrupted = None
+        self.send_lock.take(kForever)
+        try:
+            depth = self.depth
+            if self.feeding:
+                for worker in list(self.feeding):
+                    self.flush(worker)
+            # terminate_broken takes send_lock: no task is between pending
+            # and in_flight while it collects them.
+            while self.pending.size() and self.broken is None:
+                worker = self.pick(depth)
+                if worker is None:
+                    break
+                future = self.pending.pop_oldest()
+                cell = cell_of(future)
+                if not set_running(future, cell):   # cancelled
+                    _drop_task(cell)
+                    continue
+                self.last_task_id += 1
+                cell.task_id = self.last_task_id
+                # In flight before it is pickled: pickling may run Python code
+                # and let another thread in, whose shutdown() must see it.
+                worker.in_flight.push(future)
+                try:
+                    w.clear()
+                    data = self.task_message(worker, cell, w)
+                except BaseException as exc:
+                    worker.in_flight.pop_newest()
+                    _drop_task(cell)
+                    if unpicklable is None:
+                        unpicklable = []
+                    unpicklable.append((future, exc))
+                    if not isinstance(exc, Exception):
+                        # Ctrl-C or SystemExit while pickling: the task fails
+                        # with it, and the caller still gets it.
+                        interrupted = exc
+                        break
+                    continue
+                worker.started_tasks += 1
+                if data is None:
+                    self.send(worker, w.data(), w.size(), None)
+                else:
+                    self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
+        finally:
+            self.send_lock.give()
+        # Completing a future runs its callbacks, which may submit: not under send_lock.
+        if unpicklable is not None:
+            for future, exc in unpicklable:
+                fail_unpicklable(future, exc)
+        if interrupted is not None:
+            raise interrupted
+
+    cdef bytes task_message(self, Worker worker, Cell cell, Writer& w):
+        """The message that sends the task of cell to worker, or None if it is written in w (empty). Under send_lock."""
+        cdef TaskHeader head
+        cdef bint plain = True
+        fn = fn_ref = cell.fn
+        if _registrable(fn):
+            fn_ref = worker.registered.get(fn)
+            if fn_ref is None:
+                self.last_fn_id += 1
+                fn_ref = (self.last_fn_id, fn)
+            elif cell.kind == _CALL and not cell.second:
+                memset(&head, 0, sizeof(TaskHeader))
+                head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, cell.task_id, fn_ref
+                if not encode_plain_into(w, &head, sizeof(TaskHeader), cell.first):
+                    return None
+                w.clear()
+                plain = False   # the arguments, so the whole message too
+        message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
+        data = encode_plain(message) if plain else None
+        if data is None:
+            data = dumps_pickled(message, 0, worker.channel)
+        if type(fn_ref) is tuple:
+            # Pickled with it: the worker knows it from now on.
+            worker.registered[fn] = fn_ref[0]
+        return data
+
+    cdef Worker pick(self, Py_ssize_t depth):
+        cdef Worker worker, best = None
+        for worker in self.workers:
+            if worker.outbox or worker.in_flight.size() >= depth:
+                continue
+            if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
+                continue
+            if best is None or worker.in_flight.size() < best.in_flight.size():
+                best = worker
+        return best
+
+    cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):
+        """Push the n bytes at data (message: them as bytes, or None) to worker's ring, or queue them in its outbox."""
+        cdef _Ring ring = worker.ring
+        if not worker.outbox and n <= ring.max_msg and ring._push(data, n, False, None, None):
+            return
+        if message is None:
+            message = PyBytes_FromStringAndSize(data, n)
+        if n <= ring.max_msg:
+            worker.outbox.append(message)
+        else:
+            worker.outbox.extend(frames(message, worker.index, ring.max_msg))
+        self.feeding.add(worker)
+        self.flush(worker)
+
+    cdef flush(self, Worker worker):
+        cdef _Ring ring = worker.ring
+        outbox = worker.outbox
+        while outbox and ring._with_buffer(outbox[0], False, None, None):
+            outbox.popleft()
+        if not outbox:
+            self.feeding.discard(worker)
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    cdef bint take_recv(self, int64_t deadline_ns) except -1:
+        """Acquire recv_lock by deadline_ns (0: only if free), remembering the owner: callbacks run under it."""
+        if not self.recv_lock.take(deadline_ns):
+            return False
+        self.recv_owner = PyThread_get_thread_ident()
+        return True
+
+    cdef give_recv(self):
+        self.recv_owner = 0
+        self.recv_lock.give()
+
+    cdef wait_until(self, Cell cell, int64_t deadline_ns):
+        """Drain results in this thread until cell's future is done or deadline_ns (now_ns's clock, or kForever) passes."""
+        cdef int64_t now
+        if self.recv_owner == PyThread_get_thread_ident():
+            raise RuntimeError("a done-callback cannot wait for a future of its own pool: it runs in the "
+                               "thread that collects the results")
+        self.collecting += 1
+        try:
+            while not is_done(cell):
+                now = now_ns()
+                if now >= deadline_ns:
+                    return
+                if not self.take_recv(min(deadline_ns, now + _SLICE_NS)):
+                    continue
+                try:
+                    if self.results is None:   # let go of: every future is done
+                        return
+                    self.collect_until(cell, deadline_ns)
+                finally:
+                    self.give_recv()
+                if self.broken is not None or not self.started:
+                    return
+        finally:
+            self.collecting -= 1
+
+    cdef collect_until(self, Cell cell, int64_t deadline_ns):
+        cdef _Ring ring = self.results
+        cdef int64_t now, wait, checked = now_ns()
+        while not is_done(cell) and self.broken is None:
+            now = now_ns()
+            if now - checked >= _SLICE_NS:
+                # Results from other workers may keep coming while the one
+                # this future waits on is dead.
+                checked = now
+                self.check_workers()
+                continue
+            wait = min(_SLICE_NS, deadline_ns - now)
+            if wait <= 0:
+                return
+            if self.feeding:
+                # Frames of a large task wait for room in a worker's ring,
+                # which frees as the worker reads: keep feeding it.
+                self.dispatch()
+                wait = min(wait, _FEED_NS)
+            try:
+                frame = ring._pop(wait * 1e-9, None, self.core_to_spare())
+            except TimeoutError:
+                self.check_workers()
+                continue
+            self.handle(frame)
+            self.collect_ready()
+
+    cdef bint core_to_spare(self):
+        """Whether a waiting caller may spin: a core is left beside the workers that have tasks."""
+        cdef Worker worker
+        cdef Py_ssize_t busy = 0
+        for worker in self.workers:
+            if worker.in_flight.size():
+                busy += 1
+                if busy >= self.cores:
+                    return False
+        return True
+
+    cdef collect_ready(self):
+        cdef _Ring ring = self.results
+        frame = ring._try_pop()
+        while frame is not None:
+            self.handle(frame)
+            frame = ring._try_pop()
+        self.dispatch()
+
+    cdef handle(self, bytes frame):
+        # A signal handler's exception (Ctrl-C's KeyboardInterrupt, in the
+        # main thread) must not cut the handling of a frame short: its result
+        # would be lost, and its future never done. Handlers of signals that
+        # came while the frame was awaited run now, and what they raise is
+        # raised once the frame is handled.
+        try:
+            PyErr_CheckSignals()
+        except BaseException:
+            self.settle(frame)
+            raise
+        self.settle(frame)
+
+    cdef settle(self, bytes frame):
+        cdef Worker worker
+        cdef Cell cell
+        cdef ResultHeader head
+        cdef bytes message = frame
+        cdef unsigned char kind = frame[0]
+        cdef int status
+        cdef Py_ssize_t index
+        cdef unsigned long long task_id
+        cdef double seconds
+        try:
+            if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
+                try:
+                    message = self.reassembler.feed(frame)
+                except ValueError as exc:
+                    self.terminate_broken(f"A result's frames do not fit together: {exc}.")
+                    return
+                if message is None:
+                    return
+                kind = message[0]
+            if kind == _RESULT_MESSAGE:
+                value = decode_after(&head, sizeof(ResultHeader), PyBytes_AS_STRING(message),
+                                     PyBytes_GET_SIZE(message), "result")
+                index, task_id, status, seconds = head.sender, head.task_id, _OK, head.seconds
+            elif kind == _WIRE_MESSAGE:
+                index, task_id, status, value, seconds = <tuple?>decode(message)
+            else:
+                channel = (<Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
+                index, task_id, status, value, seconds = <tuple?>loads(message, channel)
+            worker = self.workers[index]
+        except KeyboardInterrupt as exc:
+            # A signal came during unpickling, which runs Python code: what
+            # was read of the result is gone, so its future cannot be done.
+            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
+            raise
+        except BaseException as exc:
+            # SystemExit too, raised by the result's own unpickling code: the
+            # stdlib breaks the pool on whatever its result reader raises.
+            self.terminate_broken(f"A result could not be unpickled: {brief.repr(exc)}.",
+                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            return
+        if status == _RETIRING:
+            self.replace(worker)
+            return
+        future = _answered(worker.in_flight, task_id)
+        if future is None:
+            if task_id == 0:
+                worker.failure = value
+            return
+        cell = cell_of(future)
+        self.learn(seconds / cell.calls)
+        _drop_task(cell)
+        if self.on_demand and len(self.workers) < len(self.roster):
+            self.idle.append(None)
+        if status == _OK:
+            set_result(future, cell, value)
+        else:
+            set_exception(future, cell, value)
+
+    cdef replace(self, Worker worker):
+        worker.process.join()
+        self.reassembler.forget(worker.index)
+        with self.state_lock:
+            if self.broken is None and not (self.shutting_down and self.outstanding() is None):
+                self.launch(worker)
+            else:
+                # It exited as asked: its end is no death for check_workers to report.
+                worker.watch = None
+
+    def observe(self):
+        """Someone waits on a future without collecting results (a callback, wait(), as_completed())."""
+        if not self.observed:
+            self.observed = True
+            self.kicked.set()
+
+    def manage(self):
+        """The manager thread: collects when no caller does, checks the workers, finishes shutdown.
+
+        It sleeps on the result ring only while a future is observed by a
+        callback, wait() or as_completed(); otherwise a caller that wants a
+        result collects from the ring itself, and this thread wakes every few
+        milliseconds to keep outstanding work moving and to check the workers.
+        Sleeping on the ring all the time would make every worker's push a
+        wake-up system call.
+        """
+        ring = _core.MpmcRing.attach(self.segment, self.results.offset)
+        ring.spin_ns = 0
+        while self.broken is None:
+            if self.collecting:
+                if self.kicked.wait(_POLL):
+                    self.kicked.clear()
+                continue
+            idle = self.outstanding() is None
+            if idle:
+                self.observed = False
+                if self.shutting_down:
+                    break
+            if self.observed:
+                try:
+                    ring.wait_readable(_SLICE)
+                except EOFError:
+                    break
+            elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() else _POLL):
+                self.kicked.clear()
+            if self.take_recv(0):
+                try:
+                    self.collect_ready()
+                    self.check_workers()
+                finally:
+                    self.give_recv()
+        if self.broken is None:
+            self.close_workers()
+        self.results.close()
+        self.release()
+        _live_pools.discard(self)
+
+    # -- failure --------------------------------------------------------------------------------
+
+    cdef check_workers(self):
+        """Break the pool if a worker died without retiring. Called with recv_lock held."""
+        for worker in self.workers:
+            if worker.watch is None or worker.watch.alive():
+                continue
+            # Its last results, and a retirement notice, may still be in the ring.
+            self.collect_ready()
+            if worker.watch.alive() or self.broken is not None:
+                continue
+            worker.process.join()
+            self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
+            return
+
+    cdef str obituary_of(self, Worker worker):
+        # It runs its tasks in the order they were sent: the oldest not answered is its current one.
+        future = worker.in_flight.oldest()
+        cdef Cell cell = None if future is None else cell_of(future)
+        task = None if cell is None else task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
+        return obituary(worker.process, worker.failure, worker.ring.popped != worker.popped_at_start, task,
+                        self.launcher.starting_hint)
+
+    cdef terminate_broken(self, detail, remote=None, pool_text=BROKEN, future_text=BROKEN_FUTURE):
+        """Break the pool: BrokenProcessPool on every pending future, then on submit.
+
+        detail, a sentence saying what broke it, follows pool_text (by
+        default the stdlib's) in later submits' errors and future_text in
+        the futures'; the cause of each future's error shows remote (a
+        traceback), or detail.
+        """
+        cdef Worker worker
+        with self.state_lock:
+            if self.broken is not None:
+                return
+            results = self.results   # the manager thread may let go of it as soon as the pool is broken
+            with self.send_lock:
+                self.broken = f"{pool_text}. {detail}"
+                futures = self.pending.take_all()
+                for worker in self.workers:
+                    futures.extend(worker.in_flight.take_all())
+                    worker.outbox.clear()
+                self.feeding.clear()
+        cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
+        for future in futures:
+            _drop_task(cell_of(future))
+            error = BrokenProcessPool(f"{future_text} {detail}")
+            error.__cause__ = _RemoteTraceback(cause)
+            try:
+                future.set_exception(error)
+            except _base.InvalidStateError:
+                pass
+        self.close_workers(kill="terminate")
+        if results is not None:
+            results.close()
+
+    cdef abandon(self):
+        """In a child forked from the pool's process: let go of the pool without touching its rings or processes.
+
+        They are the parent's: a push or pop here would take its tasks and
+        results. Every lock may have been held by a thread that the child
+        does not have, so none is taken. The futures not done yet fail here,
+        and their callbacks (the parent's) do not run.
+        """
+        cdef Cell cell
+        cdef Worker worker
+        self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
+                       f"a new ProcessPoolExecutor in the child")
+        futures = self.pending.take_all()
+        for worker in self.workers:
+            futures.extend(worker.in_flight.take_all())
+        self.feeding.clear()
+        self.workers, self.roster, self.results, self.segment = [], [], None, None
+        self.send_lock, self.recv_lock, self.state_lock = Lock(), Lock(), threading.RLock()
+        self.kicked = threading.Event()
+        self.recv_owner = 0
+        self.collecting = 0
+        for future in futures:
+            cell = cell_of(future)
+            cell.condition = None
+            _drop_task(cell)
+            set_exception(future, cell, BrokenProcessPool(self.broken))
+
+    # -- shutdown -----------------------------------------------------------------------------------
+
+    def shutdown(self, wait, cancel_futures):
+        with self.state_lock:
+            self.shutting_down = True
+        if cancel_futures:
+            with self.send_lock:
+                dropped = self.pending.take_all()
+            for future in dropped:
+                future.cancel()
+                _drop_task(cell_of(future))
+        if not self.started:
+            return
+        if wait and self.recv_owner == PyThread_get_thread_ident():
+            self.kicked.set()
+            raise RuntimeError("shutdown(wait=True) cannot wait from a done-callback: it runs in the thread "
+                               "that collects the pool's results")
+        try:
+            if wait:
+                future = self.outstanding()
+                while future is not None and self.broken is None:
+                    self.wait_until(future._cell, kForever)
+                    future = self.outstanding()
+            self.kicked.set()
+            if wait:
+                self.manager.join()
+        except BaseException as exc:
+            # Ctrl-C (or another signal handler's exception) while waiting
+            # for the tasks: stop now instead.
+            self.interrupt(exc)
+            raise
+
+    def interrupt(self, exc):
+        """Stop at once because exc interrupted a wait for the pool's tasks: cancel, terminate, fail what ran."""
+        if not self.started or self.segment is None:
+            return
+        self.shutting_down = True
+        self.terminate_broken(f"Waiting for the pool's tasks was interrupted by {type(exc).__name__}, so the pool "
+                              f"terminated its workers.", None, TERMINATED, TERMINATED_FUTURE)
+
+    def force_shutdown(self, operation):
+        self.shutdown(False, True)
+        for worker in self.workers:
+            if worker.process is not None:
+                _signal(worker.process, operation)
+
+
+def _signal(proc, operation):
+    """proc.terminate() or proc.kill() unless it has exited."""
+    if proc.exitcode is None:
+        try:
+            getattr(proc, operation)()
+        except (ValueError, ProcessLookupError):
+            pass
+
+
+_live_pools = set()       # started and not yet let go of: shut down at interpreter exit
+cdef bint _interpreter_exiting = False
+_all_pools = weakref.WeakSet()
+
+
+def _abandon_inherited_pools():
+    _live_pools.clear()
+    for pool in list(_all_pools):
+        (<Pool>pool).abandon()
+
+
+os.register_at_fork(after_in_child=_abandon_inherited_pools)
+
+
+def _python_exit():
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    pools = list(_live_pools)
+    try:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=False)
+    except BaseException as exc:
+        # Interrupted: the pool it waited for has stopped; the others stop too.
+        for pool in pools:
+            pool.interrupt(exc)
+        raise
+
+
+threading._register_atexit(_python_exit)

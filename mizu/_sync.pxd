@@ -1,0 +1,32 @@
+# The pool's synchronization primitives, for its Cython modules to use at C speed.
+
+cimport cython
+from cpython.list cimport PyList_Append, PyList_GET_SIZE
+from cpython.pythread cimport PyThread_type_lock
+from libc.stdint cimport int64_t
+
+
+cdef class Lock:
+    cdef PyThread_type_lock lock
+
+    cdef bint take(self, int64_t deadline_ns) except -1
+    cdef void give(self) noexcept
+
+
+@cython.final
+cdef class Fifo:
+    cdef list items
+    cdef Py_ssize_t head
+
+    cdef inline Py_ssize_t size(self) noexcept:
+        return PyList_GET_SIZE(self.items) - self.head
+
+    cdef inline int push(self, x) except -1:
+        return PyList_Append(self.items, x)
+
+    cdef object oldest(self)
+    cdef object pop_oldest(self)
+    cdef object pop_newest(self)
+    cdef bint remove(self, x) except -1
+    cdef list snapshot(self)
+    cdef list take_all(self)

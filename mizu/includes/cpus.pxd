@@ -1,0 +1,2 @@
+cdef extern from "cpus.hpp" namespace "mizu" nogil:
+    unsigned usable_cpus()
