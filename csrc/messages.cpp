@@ -12,11 +12,25 @@ MessageError::MessageError(std::size_t offset, const std::string& what)
 
 namespace {
 
+// The throws, out of line: the checks on the way of every message stay a
+// compare and a branch each.
+[[noreturn]] [[gnu::cold]] [[gnu::noinline]] void fail(std::size_t at, const char* what) {
+    throw MessageError(at, what);
+}
+
+[[noreturn]] [[gnu::cold]] [[gnu::noinline]] void fail(std::size_t at, const char* what, uint64_t n) {
+    throw MessageError(at, what + std::to_string(n));
+}
+
+[[noreturn]] [[gnu::cold]] [[gnu::noinline]] void fail_short(std::size_t at, const char* what, std::size_t left,
+                                                            std::size_t header) {
+    throw MessageError(at, std::string("a ") + what + " of " + std::to_string(left) + " bytes, shorter than its header (" +
+                               std::to_string(header) + " bytes)");
+}
+
 template <class Header>
 Header read_header(const char* data, std::size_t size, std::size_t at, const char* what) {
-    if (size - at < sizeof(Header))
-        throw MessageError(at, std::string("a ") + what + " of " + std::to_string(size - at) +
-                                   " bytes, shorter than its header (" + std::to_string(sizeof(Header)) + " bytes)");
+    if (size - at < sizeof(Header)) fail_short(at, what, size - at, sizeof(Header));
     Header h;
     std::memcpy(&h, data + at, sizeof h);
     return h;
@@ -29,32 +43,30 @@ void read_inner(const char* data, std::size_t size, std::size_t at, Message& m) 
     if (kind == kTask) {
         m.task = read_header<TaskHeader>(data, size, at, "task");
         const TaskHeader& h = m.task;
-        if (h.reserved16 || h.reserved32) throw MessageError(at, "a task header with reserved bits set");
-        if (h.flags & ~kTaskFlags) throw MessageError(at + 1, "a task with unknown flags " + std::to_string(h.flags));
+        if (h.reserved16 || h.reserved32) fail(at, "a task header with reserved bits set");
+        if (h.flags & ~kTaskFlags) fail(at + 1, "a task with unknown flags ", h.flags);
         bool batch = h.flags & kBatch;
-        if (!batch && (h.flags & (kFlat | kSingle))) throw MessageError(at + 1, "a call's flags say how to run a batch");
-        if (batch && (h.flags & kKeywords)) throw MessageError(at + 1, "a batch with keyword arguments");
-        if (h.task_id == 0) throw MessageError(at + 8, "a task with id 0");
-        if (h.fn_id == 0 && !(h.flags & kCallable)) throw MessageError(at + 16, "a task that names no callable");
+        if (!batch && (h.flags & (kFlat | kSingle))) fail(at + 1, "a call's flags say how to run a batch");
+        if (batch && (h.flags & kKeywords)) fail(at + 1, "a batch with keyword arguments");
+        if (h.task_id == 0) fail(at + 8, "a task with id 0");
+        if (h.fn_id == 0 && !(h.flags & kCallable)) fail(at + 16, "a task that names no callable");
         body += sizeof(TaskHeader);
     } else if (kind == kResult) {
         m.result = read_header<ResultHeader>(data, size, at, "result");
         const ResultHeader& h = m.result;
-        if (h.reserved32) throw MessageError(at, "a result header with reserved bits set");
-        if (h.status > kLastStatus) throw MessageError(at + 1, "a result of unknown status " + std::to_string(h.status));
+        if (h.reserved32) fail(at, "a result header with reserved bits set");
+        if (h.status > kLastStatus) fail(at + 1, "a result of unknown status ", h.status);
         bool notice = h.status == uint8_t(Status::retiring) || h.status == uint8_t(Status::exiting);
-        if (notice != (h.task_id == 0))
-            throw MessageError(at + 8, notice ? "a worker's notice naming a task" : "a result with task id 0");
+        if (notice != (h.task_id == 0)) fail(at + 8, notice ? "a worker's notice naming a task" : "a result with task id 0");
         m.sender = h.sender;
         body += sizeof(ResultHeader);
     } else {
-        throw MessageError(at, "a message of unknown kind " + std::to_string(kind));
+        fail(at, "a message of unknown kind ", kind);
     }
     m.kind = kind;
-    if (body == size) throw MessageError(body, "a message without a body");
+    if (body == size) fail(body, "a message without a body");
     uint8_t first = uint8_t(data[body]);
-    if (first != kWireBody && first != kPickleBody)
-        throw MessageError(body, "a body that is neither a wire message nor a pickle");
+    if (first != kWireBody && first != kPickleBody) fail(body, "a body that is neither a wire message nor a pickle");
     m.body = data + body;
     m.body_size = size - body;
     m.body_offset = body;
@@ -62,18 +74,19 @@ void read_inner(const char* data, std::size_t size, std::size_t at, Message& m) 
 
 }  // namespace
 
-Message read_message(const char* data, std::size_t size) {
-    if (size == 0) throw MessageError(0, "an empty message");
-    Message m;
+void read_message(const char* data, std::size_t size, Message& m) {
+    if (size == 0) fail(0, "an empty message");
     uint8_t kind = uint8_t(data[0]);
-    if (kind == kFirstChunk || kind == kNextChunk) throw MessageError(0, "a chunk, not a whole message");
+    if (kind == kFirstChunk || kind == kNextChunk) fail(0, "a chunk, not a whole message");
+    m.sender = m.descriptors = m.buffer_count = 0;
+    m.buffers = nullptr;
     if (kind != kOutOfBand) {
         read_inner(data, size, 0, m);
-        return m;
+        return;
     }
     OutOfBandHeader h = read_header<OutOfBandHeader>(data, size, 0, "out-of-band message");
-    if (h.reserved8) throw MessageError(0, "an out-of-band header with reserved bits set");
-    if (h.buffers == 0) throw MessageError(6, "an out-of-band message with no buffers");
+    if (h.reserved8) fail(0, "an out-of-band header with reserved bits set");
+    if (h.buffers == 0) fail(6, "an out-of-band message with no buffers");
     std::size_t records = std::size_t(h.buffers) * sizeof(BufferRecord);
     if (size - sizeof h < records)
         throw MessageError(sizeof h, std::to_string(h.buffers) + " buffer records, and " +
@@ -89,17 +102,16 @@ Message read_message(const char* data, std::size_t size) {
                                "a buffer in descriptor " + std::to_string(r.descriptor) + " of " +
                                    std::to_string(h.descriptors));
         for (uint8_t b : r.reserved)
-            if (b) throw MessageError(at + offsetof(BufferRecord, reserved), "a buffer record with reserved bits set");
+            if (b) fail(at + offsetof(BufferRecord, reserved), "a buffer record with reserved bits set");
         if (r.offset > r.block.length || r.length > r.block.length - r.offset)
             throw MessageError(at, "a buffer of " + std::to_string(r.length) + " bytes at offset " +
                                        std::to_string(r.offset) + " of a block of " + std::to_string(r.block.length));
     }
     std::size_t inner = sizeof h + records;
-    if (inner == size) throw MessageError(inner, "an out-of-band message with nothing inside");
-    if (uint8_t(data[inner]) == kOutOfBand) throw MessageError(inner, "an out-of-band message inside another");
+    if (inner == size) fail(inner, "an out-of-band message with nothing inside");
+    if (uint8_t(data[inner]) == kOutOfBand) fail(inner, "an out-of-band message inside another");
     read_inner(data, size, inner, m);
     m.sender = h.sender;
-    return m;
 }
 
 std::size_t chunk_count(std::size_t size, std::size_t limit) {

@@ -152,8 +152,15 @@ struct Message {
     }
 };
 
-// Checks and reads a whole message (not a chunk). Throws MessageError.
-Message read_message(const char* data, std::size_t size);
+// Checks and reads a whole message (not a chunk) into m: of its task and
+// result headers, the one of its kind. Throws MessageError.
+void read_message(const char* data, std::size_t size, Message& m);
+
+inline Message read_message(const char* data, std::size_t size) {
+    Message m;
+    read_message(data, size, m);
+    return m;
+}
 
 inline TaskHeader task_header(uint64_t task_id, uint64_t fn_id, uint8_t flags) noexcept {
     TaskHeader h{};

@@ -5,7 +5,7 @@ import signal
 import traceback
 from concurrent.futures.process import _RemoteTraceback
 
-from mizu._protocol import CALL, FLAT, INITIALIZER, SINGLE, UNPICKLING
+from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE
 
 BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 BROKEN_FUTURE = "A process in the process pool was terminated abruptly while the future was running or pending."
@@ -40,7 +40,7 @@ def call_repr(fn, args, kwargs):
 
 
 def task_repr(kind, fn, first, second, calls):
-    """The call a task stands for, or the first of its map batch: its parts as its message has them (mizu._protocol)."""
+    """The call a task stands for, or the first of its map batch: its parts as its message has them (mizu._messages)."""
     if kind == CALL:
         return call_repr(fn, first, second)
     units, shape = first, second
@@ -76,7 +76,7 @@ def obituary(process, failure, took_a_task, task, starting_hint):
         return text + "."
     if task is not None:
         text = f"{text} while running {task}"
-    if stage == UNPICKLING:
+    if stage == DECODING:
         text = f"{text}: unpickling the task raised {tb.splitlines()[-1]}"
     return text + "."
 

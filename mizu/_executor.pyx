@@ -4,6 +4,7 @@ The engine that runs the pool is mizu._pool (its data flow is drawn at its
 top); map's batching is mizu._map; how workers start is mizu._launchers.
 """
 
+from mizu._messages cimport CALL
 from mizu._pool cimport Pool
 
 import multiprocessing
@@ -14,7 +15,6 @@ from concurrent.futures import process as _process
 
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
-from mizu._protocol import CALL
 
 __all__ = ["ProcessPoolExecutor"]
 

@@ -3,9 +3,9 @@
 cdef class Cell:
     cdef public object state, result, exception, condition, pool
     cdef bint pinned    # the future has had attributes or a Condition: the collector always visits it
-    # The Executor's task, until it ends: the call's parts as its message
-    # (mizu._protocol) has them, (kind, task_id, fn, first, second), and the
-    # calls it stands for.
+    # The Executor's task, until it ends: the call's parts as its task
+    # message carries them (mizu._messages), (kind, task_id, fn, first,
+    # second), and the calls it stands for.
     cdef int kind
     cdef unsigned long long task_id
     cdef object fn, first, second

@@ -8,7 +8,7 @@ starts worker `index`, which pops its tasks from the ring
 API that the engine and the stdlib's private ``_processes`` use (pid, name,
 exitcode, join, terminate, kill, is_alive), and the client's end of a Unix
 socket pair shared with the worker, which carries the descriptors of
-shared-memory segments that messages' arrays live in (mizu._protocol).
+shared-memory segments that messages' arrays live in (doc/dev/messages.rst).
 
 A worker of another language (an ``Rscript`` started with subprocess and
 inherited descriptors) is another launcher with the same three members.
@@ -17,6 +17,7 @@ inherited descriptors) is another launcher with the same three members.
 import os
 import socket
 
+from mizu._messages import Codec
 from mizu._worker import main as _worker_main
 
 
@@ -33,6 +34,7 @@ class MultiprocessingLauncher:
     """
 
     def __init__(self, context, initializer, initargs, max_tasks):
+        self.codec = Codec()
         self.context = context
         self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
         method = context.get_start_method(allow_none=False)

@@ -4,11 +4,12 @@
 Units are the stdlib's chunks: an exception stands for its whole unit.
 Several units travel as one batch, with no Future per unit; with chunksize 1
 a unit is the call itself. A call's arguments are a tuple, or with one
-iterable the bare item (mizu._protocol's BATCH message).
+iterable the bare item (a batch task, doc/dev/messages.rst).
 """
 
 from cpython.list cimport PyList_GET_SIZE
 
+from mizu._messages cimport BATCH, FLAT, SINGLE
 from mizu._pool cimport Pool
 
 import collections
@@ -16,7 +17,6 @@ import itertools
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
-from mizu._protocol import BATCH, FLAT, SINGLE
 
 __all__ = ["MapResults", "map_results"]
 

@@ -1,23 +1,70 @@
-# The fixed headers of the commonest messages, TASK and RESULT (see
-# mizu._protocol), in native byte order: the Executor writes and reads them
-# as C structs, without building or unpacking a tuple.
+# Tasks and results as doc/dev/messages.rst lays them out, for the pool and
+# the Python worker to write and read at C speed. One encoder and one
+# decoder serve both sides; a Codec says how a kind of worker takes its
+# values (pickle or not, arrays in the arena).
 
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t, uint16_t, uint64_t
+from libcpp.string cimport string
+
+from mizu._future cimport Cell
+from mizu._wire cimport decode_at
+from mizu.includes.messages cimport Message, ResultHeader, TaskHeader, kWireBody
+from mizu.includes.messages cimport is_chunk as _is_chunk
+from mizu.includes.messages cimport Reassembler as CReassembler
+from mizu.includes.wire cimport Writer
+
+# A task's call, as the Cell of its future holds it (kind, and a batch's shape).
+cdef enum:
+    CALL = 0
+    BATCH = 0x01
+    FLAT = 0x02
+    SINGLE = 0x04
+    KEYWORDS = 0x08
+    CALLABLE = 0x10
+
+# Result statuses, and the stage of an exiting worker's failure.
+cdef enum:
+    OK = 0
+    RAISED = 1
+    RETIRING = 2
+    EXITING = 3
+    INITIALIZER = 0
+    DECODING = 1
 
 
-cdef struct TaskHeader:
-    uint8_t tag         # TASK
-    uint8_t unused8
-    uint16_t unused16
-    uint32_t unused32
-    uint64_t task_id
-    uint64_t fn_id      # a callable the worker has registered
+cdef class Codec:
+    """How a kind of worker takes values: the Python worker's (wire or pickle)."""
+
+    cdef readonly str language
+
+    cdef bint registrable(self, fn) except -1
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel)
+    cdef int complete(self, object future, Cell cell, int status, object value) except -1
 
 
-cdef struct ResultHeader:
-    uint8_t tag         # RESULT
-    uint8_t unused8
-    uint16_t sender     # the worker's index
-    uint32_t unused32
-    uint64_t task_id
-    double seconds      # the task's duration
+cdef class PeerCodec(Codec):
+    """A worker in another language's: wire only, arrays in the arena."""
+
+
+cdef class Reassembler:
+    cdef CReassembler chunks
+    cdef string joined
+
+    cpdef bytes feed(self, bytes chunk)
+    cpdef forget(self, uint16_t sender)
+
+
+cdef list chunks(const char* data, Py_ssize_t n, int sender, Py_ssize_t limit)
+cdef object body_with_buffers(Message& m, bytes message, object channel)
+
+
+cdef inline bint is_chunk(bytes slot) noexcept:
+    return _is_chunk(PyBytes_AS_STRING(slot), PyBytes_GET_SIZE(slot))
+
+
+cdef inline object body_of(Message& m, bytes message, object channel):
+    """The value a message carries; its out-of-band descriptors are taken from channel."""
+    if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
+        return decode_at(m.body, m.body_size, None)
+    return body_with_buffers(m, message, channel)

@@ -4,6 +4,7 @@ from libc.stdint cimport int64_t
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell
+from mizu._messages cimport Codec, Reassembler
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.wire cimport Writer
 
@@ -27,7 +28,9 @@ cdef class Pool:
     cdef readonly list roster, workers
     cdef readonly Py_ssize_t collecting   # callers collecting results in wait_until
     cdef readonly bint on_demand
-    cdef readonly object idle, state_lock, kicked, reassembler, ref
+    cdef readonly object idle, state_lock, kicked, ref
+    cdef readonly Codec codec
+    cdef readonly Reassembler reassembler
     cdef readonly Fifo pending
     cdef readonly Lock send_lock, recv_lock
     cdef readonly set feeding
@@ -62,8 +65,8 @@ cdef class Pool:
     cdef collect_until(self, Cell cell, int64_t deadline_ns)
     cdef bint core_to_spare(self)
     cdef collect_ready(self)
-    cdef handle(self, bytes frame)
-    cdef settle(self, bytes frame)
+    cdef handle(self, bytes slot)
+    cdef settle(self, bytes slot)
     cdef replace(self, Worker worker)
     cdef check_workers(self)
     cdef str obituary_of(self, Worker worker)

@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from mizu._core import MpmcRing, PeerWatch, Segment, SpscRing, _Ring
 from mizu._future import LazyFuture
+from mizu._messages import Codec
 from mizu._sync import Fifo, Lock
 
 from typing_extensions import disjoint_base
@@ -19,6 +20,7 @@ _T = TypeVar("_T")
 class _Launcher(Protocol):
     on_demand: bool
     starting_hint: str
+    codec: Codec
     def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]: ...
 
 class Future(LazyFuture[_T]):
@@ -49,6 +51,8 @@ class Worker:
 class Pool:
     @property
     def launcher(self) -> _Launcher: ...
+    @property
+    def codec(self) -> Codec: ...
     @property
     def max_tasks(self) -> int | None: ...
     @property

@@ -40,7 +40,7 @@ Data flow (one shared segment per pool; the rings are in it):
 Beside its ring, each worker shares a Unix socket pair with the client: the
 descriptors of shared-memory segments that a message's arrays live in cross
 it, in both directions, just before the message enters a ring (see
-mizu._protocol). A worker that reaches max_tasks_per_child says it retires;
+mizu._messages). A worker that reaches max_tasks_per_child says it retires;
 the pool joins it and launches its successor on the same ring. With fork every
 worker starts at the first submit; with spawn and forkserver one starts
 whenever a submit finds none idle.
@@ -61,9 +61,9 @@ from libc.string cimport memset
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
-from mizu._messages cimport ResultHeader, TaskHeader
+from mizu._messages cimport BATCH, CALL, CALLABLE, KEYWORDS, OK, RETIRING, Codec, Reassembler, body_of, chunks, is_chunk
+from mizu.includes.messages cimport Message, TaskHeader, kResult, read_message, task_header
 from mizu._sync cimport Fifo, Lock
-from mizu._wire cimport decode, decode_after, encode_plain, encode_plain_into
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport kForever, now_ns
 
@@ -81,14 +81,9 @@ from mizu import _core
 from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
                           task_repr)
 from mizu._future import LazyFuture
-from mizu._protocol import (CALL, CONTINUED, FIRST, OK, OOB, RESULT, RETIRING, TASK, WIRE, Reassembler,
-                            dumps_pickled, frames, loads, sender_of)
 
 __all__ = ["Future", "Pool", "Worker"]
 
-cdef unsigned char _FIRST_FRAME = FIRST, _CONTINUED_FRAME = CONTINUED, _OOB_MESSAGE = OOB, _WIRE_MESSAGE = WIRE
-cdef unsigned char _TASK_MESSAGE = TASK, _RESULT_MESSAGE = RESULT
-cdef int _OK = OK, _RETIRING = RETIRING, _CALL = CALL
 _SLICE = 0.02
 cdef int64_t _SLICE_NS = 20_000_000
 _IDLE = 0.1
@@ -193,31 +188,19 @@ cdef object _answered(Fifo in_flight, unsigned long long task_id):
     return None
 
 
-cdef object _FunctionType = types.FunctionType
-cdef object _BuiltinFunctionType = types.BuiltinFunctionType
-cdef object _ModuleType = types.ModuleType
-
-
-cdef inline bint _registrable(fn) except -1:
-    # Plain functions and module-level builtins pickle by qualified name, so
-    # sending one once and then its id is exactly what pickling it every
-    # time would do. Anything else (bound methods, partials, instances)
-    # carries state that may change between calls, and is pickled each time.
-    kind = type(fn)
-    return kind is _FunctionType or (kind is _BuiltinFunctionType and isinstance(fn.__self__, _ModuleType))
-
-
 cdef class Pool:
     """Pool(max_workers, launcher, max_tasks)
 
     The state shared by the Executor, its futures and the manager thread.
 
-    launcher starts each worker (mizu._launchers); max_tasks: the tasks a
-    worker runs before it retires, or None.
+    launcher starts each worker (mizu._launchers), and its codec says how
+    that kind of worker takes values (mizu._messages); max_tasks: the tasks
+    a worker runs before it retires, or None.
     """
 
     def __init__(self, max_workers, launcher, max_tasks):
         self.launcher = launcher
+        self.codec = launcher.codec
         self.max_tasks = max_tasks
         # Each allocation is rounded up to 128 bytes; a page covers the segment's header.
         ring_bytes = (_core.MpmcRing.footprint(_RESULT_SLOTS, _SLOT_BYTES)
@@ -362,7 +345,7 @@ cdef class Pool:
     # -- submitting ---------------------------------------------------------------------------
 
     cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls):
-        """The future of a task: (kind, fn, first, second) as a message has them (mizu._protocol)."""
+        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape."""
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
         cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
@@ -479,27 +462,32 @@ cdef class Pool:
     cdef bytes task_message(self, Worker worker, Cell cell, Writer& w):
         """The message that sends the task of cell to worker, or None if it is written in w (empty). Under send_lock."""
         cdef TaskHeader head
-        cdef bint plain = True
-        fn = fn_ref = cell.fn
-        if _registrable(fn):
-            fn_ref = worker.registered.get(fn)
-            if fn_ref is None:
+        cdef int flags = cell.kind
+        cdef unsigned long long fn_id = 0
+        call = cell.first
+        if cell.kind == BATCH:
+            flags |= cell.second
+        elif cell.second:
+            flags |= KEYWORDS
+            call = (cell.first, cell.second)
+        fn = cell.fn
+        if self.codec.registrable(fn):
+            known = worker.registered.get(fn)
+            if known is None:
                 self.last_fn_id += 1
-                fn_ref = (self.last_fn_id, fn)
-            elif cell.kind == _CALL and not cell.second:
-                memset(&head, 0, sizeof(TaskHeader))
-                head.tag, head.task_id, head.fn_id = _TASK_MESSAGE, cell.task_id, fn_ref
-                if not encode_plain_into(w, &head, sizeof(TaskHeader), cell.first):
-                    return None
-                w.clear()
-                plain = False   # the arguments, so the whole message too
-        message = (cell.kind, cell.task_id, fn_ref, cell.first, cell.second)
-        data = encode_plain(message) if plain else None
-        if data is None:
-            data = dumps_pickled(message, 0, worker.channel)
-        if type(fn_ref) is tuple:
-            # Pickled with it: the worker knows it from now on.
-            worker.registered[fn] = fn_ref[0]
+                fn_id = self.last_fn_id
+                flags |= CALLABLE
+                call = (fn, call)
+            else:
+                fn_id = known
+        else:
+            flags |= CALLABLE
+            call = (fn, call)
+        head = task_header(cell.task_id, fn_id, flags)
+        data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
+        if flags & CALLABLE and fn_id:
+            # Sent with it: the worker knows it from now on.
+            worker.registered[fn] = fn_id
         return data
 
     cdef Worker pick(self, Py_ssize_t depth):
@@ -523,7 +511,7 @@ cdef class Pool:
         if n <= ring.max_msg:
             worker.outbox.append(message)
         else:
-            worker.outbox.extend(frames(message, worker.index, ring.max_msg))
+            worker.outbox.extend(chunks(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), 0, ring.max_msg))
         self.feeding.add(worker)
         self.flush(worker)
 
@@ -588,16 +576,16 @@ cdef class Pool:
             if wait <= 0:
                 return
             if self.feeding:
-                # Frames of a large task wait for room in a worker's ring,
+                # Chunks of a large task wait for room in a worker's ring,
                 # which frees as the worker reads: keep feeding it.
                 self.dispatch()
                 wait = min(wait, _FEED_NS)
             try:
-                frame = ring._pop(wait * 1e-9, None, self.core_to_spare())
+                slot = ring._pop(wait * 1e-9, None, self.core_to_spare())
             except TimeoutError:
                 self.check_workers()
                 continue
-            self.handle(frame)
+            self.handle(slot)
             self.collect_ready()
 
     cdef bint core_to_spare(self):
@@ -613,55 +601,47 @@ cdef class Pool:
 
     cdef collect_ready(self):
         cdef _Ring ring = self.results
-        frame = ring._try_pop()
-        while frame is not None:
-            self.handle(frame)
-            frame = ring._try_pop()
+        slot = ring._try_pop()
+        while slot is not None:
+            self.handle(slot)
+            slot = ring._try_pop()
         self.dispatch()
 
-    cdef handle(self, bytes frame):
+    cdef handle(self, bytes slot):
         # A signal handler's exception (Ctrl-C's KeyboardInterrupt, in the
-        # main thread) must not cut the handling of a frame short: its result
+        # main thread) must not cut the handling of a slot short: its result
         # would be lost, and its future never done. Handlers of signals that
-        # came while the frame was awaited run now, and what they raise is
-        # raised once the frame is handled.
+        # came while the slot was awaited run now, and what they raise is
+        # raised once the slot is handled.
         try:
             PyErr_CheckSignals()
         except BaseException:
-            self.settle(frame)
+            self.settle(slot)
             raise
-        self.settle(frame)
+        self.settle(slot)
 
-    cdef settle(self, bytes frame):
+    cdef settle(self, bytes slot):
         cdef Worker worker
         cdef Cell cell
-        cdef ResultHeader head
-        cdef bytes message = frame
-        cdef unsigned char kind = frame[0]
+        cdef Message m
+        cdef bytes message = slot
         cdef int status
-        cdef Py_ssize_t index
         cdef unsigned long long task_id
-        cdef double seconds
         try:
-            if kind == _FIRST_FRAME or kind == _CONTINUED_FRAME:
+            if is_chunk(slot):
                 try:
-                    message = self.reassembler.feed(frame)
+                    message = self.reassembler.feed(slot)
                 except ValueError as exc:
-                    self.terminate_broken(f"A result's frames do not fit together: {exc}.")
+                    self.terminate_broken(f"A result's chunks do not fit together: {exc}.")
                     return
                 if message is None:
                     return
-                kind = message[0]
-            if kind == _RESULT_MESSAGE:
-                value = decode_after(&head, sizeof(ResultHeader), PyBytes_AS_STRING(message),
-                                     PyBytes_GET_SIZE(message), "result")
-                index, task_id, status, seconds = head.sender, head.task_id, _OK, head.seconds
-            elif kind == _WIRE_MESSAGE:
-                index, task_id, status, value, seconds = <tuple?>decode(message)
-            else:
-                channel = (<Worker>self.workers[sender_of(message)]).channel if kind == _OOB_MESSAGE else None
-                index, task_id, status, value, seconds = <tuple?>loads(message, channel)
-            worker = self.workers[index]
+            read_message(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), m)
+            if m.kind != kResult or m.sender >= len(self.workers):
+                raise ValueError(f"a message from worker {m.sender} of {len(self.workers)} that is not a result")
+            worker = self.workers[m.sender]
+            value = body_of(m, message, worker.channel)
+            status, task_id = m.result.status, m.result.task_id
         except KeyboardInterrupt as exc:
             # A signal came during unpickling, which runs Python code: what
             # was read of the result is gone, so its future cannot be done.
@@ -673,7 +653,7 @@ cdef class Pool:
             self.terminate_broken(f"A result could not be unpickled: {brief.repr(exc)}.",
                                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             return
-        if status == _RETIRING:
+        if status == RETIRING:
             self.replace(worker)
             return
         future = _answered(worker.in_flight, task_id)
@@ -682,14 +662,11 @@ cdef class Pool:
                 worker.failure = value
             return
         cell = cell_of(future)
-        self.learn(seconds / cell.calls)
+        self.learn(m.result.seconds / cell.calls)
         _drop_task(cell)
         if self.on_demand and len(self.workers) < len(self.roster):
             self.idle.append(None)
-        if status == _OK:
-            set_result(future, cell, value)
-        else:
-            set_exception(future, cell, value)
+        self.codec.complete(future, cell, status, value)
 
     cdef replace(self, Worker worker):
         worker.process.join()

@@ -5,4 +5,4 @@ from mizu.includes.wire cimport Writer
 cpdef object encode_plain(object obj)
 cpdef object decode(object data, object buffers=*)
 cdef int encode_plain_into(Writer& w, const void* header, Py_ssize_t n, object obj) except -1
-cdef object decode_after(void* header, Py_ssize_t header_size, const char* data, Py_ssize_t size, str what)
+cdef object decode_at(const char* data, Py_ssize_t size, object buffers)

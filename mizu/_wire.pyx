@@ -482,15 +482,9 @@ cdef int _put_pickle(Writer& w, object obj) except -1:
     return 0
 
 
-cdef object decode_after(void* header, Py_ssize_t header_size, const char* data, Py_ssize_t size, str what):
-    """Copy the first header_size of the size bytes at data to header, and decode the wire message after them.
-
-    A message shorter than its header is a ValueError that calls it a `what` message.
-    """
-    if size < header_size:
-        raise ValueError(f"a {what} message of {size} bytes, shorter than its header")
-    memcpy(header, data, header_size)
-    return _decode(data + header_size, size - header_size, None)
+cdef object decode_at(const char* data, Py_ssize_t size, object buffers):
+    """`decode` of the size bytes at data, which the caller keeps alive."""
+    return _decode(data, size, buffers)
 
 
 @cython.cpp_locals(True)

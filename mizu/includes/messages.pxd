@@ -1,6 +1,7 @@
 from mizu.includes.py_errors cimport raise_py_error
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libcpp.string cimport string
+from libcpp.vector cimport vector
 
 from mizu.includes.arena cimport BlockRef
 
@@ -66,13 +67,15 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
         size_t body_offset
         BufferRecord buffer(size_t i)
 
-    Message read_message(const char* data, size_t size) except +raise_py_error
+    void read_message(const char* data, size_t size, Message& m) except +raise_py_error
     TaskHeader task_header(uint64_t task_id, uint64_t fn_id, uint8_t flags)
     ResultHeader result_header(uint16_t sender, uint64_t task_id, Status status, double seconds)
     OutOfBandHeader out_of_band_header(uint16_t sender, uint16_t descriptors, uint16_t buffers)
     bint is_chunk(const char* data, size_t size)
     size_t chunk_count(size_t size, size_t limit) except +raise_py_error
     size_t write_chunk(const char* message, size_t size, uint16_t sender, size_t limit, size_t index, char* out)
+    void send_descriptors(int socket, const int* fds, size_t count) except +raise_py_error
+    vector[int] receive_descriptors(int socket, size_t count) except +raise_py_error
 
     cdef cppclass Reassembler:
         bint feed(const char* chunk, size_t size, string& out) except +raise_py_error

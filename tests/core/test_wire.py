@@ -14,7 +14,6 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mizu import _wire
-from mizu._protocol import CONTINUED, FIRST, PICKLE
 
 MAX_DEPTH = 64
 
@@ -163,13 +162,6 @@ any_values = st.recursive(
     | st.dictionaries(st.integers() | st.text() | st.none(), inner, max_size=4),
     max_leaves=20,
 )
-
-
-@pytest.mark.parametrize("message", [(0, 12345, 3, (1.5, 2), {}), (1, 12345, 0, 3.0, 1e-6)])
-def test_protocol_messages_round_trip_natively(message):
-    data = round_trip(message)
-    assert_same(spec_decode(data), message)
-    assert data[0] not in (FIRST, CONTINUED, PICKLE)
 
 
 @given(plain_values)

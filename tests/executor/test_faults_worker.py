@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import struct
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
@@ -345,13 +346,19 @@ def test_an_argument_that_fails_to_unpickle_in_the_worker_breaks_the_pool(make, 
                       traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
 
 
+TASK = struct.Struct("<BBHIQQ")      # doc/dev/messages.rst: kind, flags, reserved, task id, fn id
+RESULT = struct.Struct("<BBHIQd")    # kind, status, sender, reserved, task id, seconds
+
+
 @pytest.mark.parametrize("message, line", [
-    (b"T" + bytes(10), "ValueError: a task message of 11 bytes, shorter than its header"),
-    (b"T" + bytes(23) + b"W\x01N", "TypeError: Expected tuple, got NoneType"),
-    (b"T" + bytes(23) + b"junk", "ValueError: malformed wire message at byte 0"),
+    (b"T" + bytes(10), "ValueError: message at byte 0: a task of 11 bytes, shorter than its header (24 bytes)"),
+    (TASK.pack(0x54, 0, 0, 0, 0, 1) + b"W\x01N", "ValueError: message at byte 8: a task with id 0"),
+    (TASK.pack(0x54, 0, 0, 0, 9, 1) + b"W\x01N", "ValueError: a call's arguments must be a tuple, not NoneType"),
+    (TASK.pack(0x54, 0, 0, 0, 9, 1) + b"junk",
+     "ValueError: message at byte 24: a body that is neither a wire message nor a pickle"),
 ])
-def test_a_malformed_compact_task_ends_its_worker_and_breaks_the_pool(make, message, line):
-    """A compact task message (mizu only) cut short, or whose header no argument tuple follows."""
+def test_a_malformed_task_ends_its_worker_and_breaks_the_pool(make, message, line):
+    """A task message (mizu only) cut short, with a bad header, or whose header no argument tuple follows."""
     ex = make(mizu.ProcessPoolExecutor, 1)
     assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
     ex._pool.roster[0].ring.push(message, timeout=WAIT)
@@ -360,14 +367,16 @@ def test_a_malformed_compact_task_ends_its_worker_and_breaks_the_pool(make, mess
 
 
 @pytest.mark.parametrize("message, error, line", [
-    (b"R" + bytes(10), "ValueError('a result message of 11 bytes, shorter than its header')",
-     "ValueError: a result message of 11 bytes"),
-    (b"R" + bytes(23) + b"junk", "ValueError('malformed wire message at byte 0",
-     "ValueError: malformed wire message at byte 0"),
-    (b"R\x00\x07\x00" + bytes(20) + b"W\x01N", "IndexError('list index out of range')", "IndexError"),
+    (b"R" + bytes(10), "ValueError('message at byte 0: a result of 11 bytes, shorter than its header (24 bytes)')",
+     "ValueError: message at byte 0: a result of 11 bytes"),
+    (RESULT.pack(0x52, 0, 0, 0, 9, 0.0) + b"junk",
+     "ValueError('message at byte 24: a body that is neither a wire message nor a pickle')",
+     "ValueError: message at byte 24: a body"),
+    (RESULT.pack(0x52, 0, 7, 0, 9, 0.0) + b"W\x01N",
+     "ValueError('a message from worker 7 of 1 that is not a result')", "ValueError: a message from worker 7 of 1"),
 ])
-def test_a_malformed_compact_result_breaks_the_pool(make, message, error, line):
-    """A compact result message (mizu only) cut short, whose header no value follows, or from no worker."""
+def test_a_malformed_result_breaks_the_pool(make, message, error, line):
+    """A result message (mizu only) cut short, whose header no value follows, or from no worker."""
     ex = make(mizu.ProcessPoolExecutor, 1)
     assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
     ex._pool.results.push(message, timeout=WAIT)

@@ -1,0 +1,323 @@
+# cython: auto_pickle=False
+"""Tasks and results, written and read as doc/dev/messages.rst lays them out.
+
+The envelope is C++ (csrc/messages.hpp): its structs, its checking reader,
+its chunks and their reassembly, and the passing of descriptors. Here are
+the bodies: a value as a wire message when every part of it has a wire
+form (mizu._wire), else, for a Python worker, as a pickle (protocol 5,
+through mizu._pickler). A pickle's buffers of 4 KiB or more, and any that
+already lie in an arena block, do not go into the pickle: they are placed
+in the arena (a buffer already there travels by reference; any other is
+copied once into a block of this process's arena) and named by the
+message's out-of-band records, whose segments' descriptors are sent over
+the peer's socket before the message enters the ring. When they cannot be
+sent, the buffers go inside the pickle after all.
+
+A worker of another language takes wire messages only, its arrays in the
+arena (`PeerCodec`).
+
+Malformed input raises ValueError, never reads past what it was given, and
+never maps memory other than the blocks named; a pickle that does not
+load raises what pickle.loads raises.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t, uint16_t, uint32_t
+from libc.string cimport memcpy, memset
+from libcpp.vector cimport vector
+
+from mizu._future cimport Cell, set_exception, set_result
+from mizu._wire cimport decode_at, encode_plain_into
+from mizu.includes.arena cimport BlockRef
+from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader, Status, TaskHeader, chunk_count,
+                                     kTask, kWireBody, out_of_band_header, read_message, receive_descriptors,
+                                     result_header, send_descriptors, task_header, write_chunk)
+
+import os
+import types
+
+from mizu._arena import arena_block, default_arena, open_block
+from mizu._pickler import dumps as _pickle, loads as _unpickle
+from mizu._wire import encode_for_peer
+
+__all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
+           "RETIRING", "SINGLE", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
+           "encode_task"]
+
+# The .pxd's constants, for the modules of mizu that are Python.
+globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, EXITING=EXITING, FLAT=FLAT,
+                 INITIALIZER=INITIALIZER, KEYWORDS=KEYWORDS, OK=OK, RAISED=RAISED, RETIRING=RETIRING, SINGLE=SINGLE)
+
+INLINE = 4096
+_MAX_DESCRIPTORS = 250   # in one sendmsg: the kernel takes at most 253
+
+cdef object _FunctionType = types.FunctionType
+cdef object _BuiltinFunctionType = types.BuiltinFunctionType
+cdef object _ModuleType = types.ModuleType
+
+
+cdef list chunks(const char* data, Py_ssize_t n, int sender, Py_ssize_t limit):
+    """The chunks a message of n bytes (more than a slot holds) is cut into, for slots of limit bytes."""
+    cdef size_t count = chunk_count(n, limit), i, size
+    cdef list out = []
+    cdef bytes chunk
+    for i in range(count):
+        chunk = PyBytes_FromStringAndSize(NULL, limit)
+        size = write_chunk(data, n, <uint16_t>sender, limit, i, PyBytes_AS_STRING(chunk))
+        out.append(chunk if size == <size_t>limit else chunk[:size])
+    return out
+
+
+@cython.final
+cdef class Reassembler:
+    """Joins the chunks of each sender's messages."""
+
+    cpdef bytes feed(self, bytes chunk):
+        """feed(chunk)
+
+        The whole message if chunk completes one, else None.
+
+        Raises
+        ------
+        ValueError
+            The chunk does not continue its sender's chunks; the sender's
+            partial message is dropped.
+        """
+        if self.chunks.feed(PyBytes_AS_STRING(chunk), PyBytes_GET_SIZE(chunk), self.joined):
+            return PyBytes_FromStringAndSize(self.joined.data(), self.joined.size())
+        return None
+
+    cpdef forget(self, uint16_t sender):
+        """Drop a sender's partial message."""
+        self.chunks.forget(sender)
+
+    @property
+    def pending(self):
+        """How many senders' messages are partial."""
+        return self.chunks.pending()
+
+
+cdef object body_with_buffers(Message& m, bytes message, object channel):
+    """body_of's value of a pickle, or of a message with out-of-band buffers."""
+    cdef size_t i
+    cdef BufferRecord record
+    cdef vector[int] fds
+    buffers = None
+    if m.buffer_count:
+        if channel is None:
+            raise ValueError("an out-of-band message needs the socket its descriptors came through")
+        fds = receive_descriptors(channel.fileno(), m.descriptors)
+        try:
+            buffers = []
+            for i in range(m.buffer_count):
+                record = m.buffer(i)
+                ref = PyBytes_FromStringAndSize(<char*>&record.block, sizeof(BlockRef))
+                block = open_block(ref, fds[record.descriptor])
+                buffers.append(memoryview(block)[record.offset:record.offset + record.length])
+        finally:
+            for i in range(fds.size()):
+                os.close(fds[i])
+    if <uint8_t>m.body[0] == kWireBody:
+        return decode_at(m.body, m.body_size, buffers)
+    return _unpickle(memoryview(message)[m.body_offset:], buffers=buffers)
+
+
+def _in_band(buffer):
+    """pickle's buffer_callback: true keeps a buffer in the pickle.
+
+    A small buffer stays in the message, unless it lies in an arena block:
+    that one is shared by reference at any size, so that writes to it reach
+    the other side.
+    """
+    try:
+        raw = buffer.raw()
+    except BufferError:   # not contiguous: pickle copies it in band
+        return True
+    return raw.nbytes < INLINE and arena_block(raw) is None
+
+
+def _place(raw):
+    """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
+    found = arena_block(raw)
+    if found is not None:
+        try:
+            memoryview(found[0])
+            return found
+        except BufferError:   # a block inherited through fork: this process holds no reference to share
+            pass
+    block = default_arena().alloc(raw.nbytes)
+    memoryview(block)[:raw.nbytes] = raw
+    return block, 0, raw.nbytes
+
+
+cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list placed, int sender, object channel):
+    """The message wrapping header and body with the records of the buffers placed, or None.
+
+    The blocks' segments' descriptors go to channel first. None, with every
+    reference given back, when they cannot be sent (the peer has exited,
+    or the kernel holds too many descriptors in flight for this user).
+    """
+    cdef OutOfBandHeader oob
+    cdef BufferRecord record
+    cdef vector[int] fds
+    slot = {}
+    for block, _, _ in placed:
+        key = block.arena_id, block.segment_id
+        if key not in slot:
+            slot[key] = len(slot)
+            fds.push_back(block.fd)
+    if fds.size() > _MAX_DESCRIPTORS or len(placed) > 0xFFFF:
+        return None
+    # Every buffer has its place: now take the receiver's references.
+    refs = [block.share() for block, _, _ in placed]
+    try:
+        send_descriptors(channel.fileno(), fds.data(), fds.size())
+    except OSError:
+        for (block, _, _), shared in zip(placed, refs):
+            open_block(shared, block.fd)   # adopted and dropped: the reference is given back
+        return None
+    oob = out_of_band_header(sender, <uint16_t>fds.size(), <uint16_t>len(placed))
+    out = bytearray(sizeof(OutOfBandHeader) + len(placed) * sizeof(BufferRecord) + n + len(body))
+    cdef char* p = out
+    memcpy(p, &oob, sizeof(OutOfBandHeader))
+    p += sizeof(OutOfBandHeader)
+    for (block, offset, nbytes), shared in zip(placed, refs):
+        memset(&record, 0, sizeof(BufferRecord))
+        memcpy(&record.block, PyBytes_AS_STRING(shared), sizeof(BlockRef))
+        record.offset, record.length = offset, nbytes
+        record.descriptor = slot[block.arena_id, block.segment_id]
+        memcpy(p, &record, sizeof(BufferRecord))
+        p += sizeof(BufferRecord)
+    memcpy(p, header, n)
+    memcpy(p + n, PyBytes_AS_STRING(body), len(body))
+    return bytes(out)
+
+
+cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, object channel):
+    """Header and the pickle of value, its large buffers out of band when channel can take their descriptors."""
+    head = PyBytes_FromStringAndSize(<const char*>header, n)
+    if channel is None:
+        return head + _pickle(value)
+    buffers = []
+    data = _pickle(value, lambda b: _in_band(b) or buffers.append(b))
+    if buffers:
+        message = _out_of_band(header, n, data, [_place(buffer.raw()) for buffer in buffers], sender, channel)
+        if message is not None:
+            return message
+        data = _pickle(value)
+    return head + data
+
+
+cdef class Codec:
+    """How a Python worker takes values: plain ones on the wire, the rest pickled."""
+
+    def __cinit__(self, str language="Python"):
+        self.language = language
+
+    cdef bint registrable(self, fn) except -1:
+        # Plain functions and module-level builtins pickle by qualified name, so
+        # sending one once and then its id is exactly what pickling it every
+        # time would do. Anything else (bound methods, partials, instances)
+        # carries state that may change between calls, and is pickled each time.
+        kind = type(fn)
+        return kind is _FunctionType or (kind is _BuiltinFunctionType and isinstance(fn.__self__, _ModuleType))
+
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel):
+        """Header and the body of value: written in w (returning None) if value is plain, else the message.
+
+        Raises what pickling value raises.
+        """
+        if not encode_plain_into(w, header, n, value):
+            return None
+        w.clear()
+        return _pickled(header, n, value, sender, channel)
+
+    cdef int complete(self, object future, Cell cell, int status, object value) except -1:
+        """Settle future with what a worker answered: a value, or the exception it raised."""
+        if status == OK:
+            return set_result(future, cell, value)
+        return set_exception(future, cell, value)
+
+
+cdef class PeerCodec(Codec):
+    """How a worker of another language takes values: wire messages only, large arrays in the arena.
+
+    Its callables are the worker's own (source text or a name), sent once.
+    """
+
+    cdef bint registrable(self, fn) except -1:
+        return True
+
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel):
+        """Raises TypeError for a part with no wire form, OSError if the arrays' descriptors cannot be sent."""
+        data, placed = encode_for_peer(value, self.language)
+        if placed:
+            message = _out_of_band(header, n, data, placed, sender, channel)
+            if message is None:
+                raise OSError(f"the descriptors of a task's arrays could not be sent to its {self.language} worker")
+            return message
+        return PyBytes_FromStringAndSize(<const char*>header, n) + data
+
+
+# The encoders and the decoder as Python functions: for tests, and for a
+# worker of another language checked against this side.
+
+def encode_task(task_id, fn_id, flags, value, channel=None, Codec codec=None):
+    """encode_task(task_id, fn_id, flags, value, channel=None, codec=None)
+
+    The task message that carries value, as the pool writes it (codec: a
+    Python worker's by default); arrays' descriptors go to channel.
+    """
+    cdef Writer w
+    cdef TaskHeader head = task_header(task_id, fn_id, flags)
+    if codec is None:
+        codec = _python
+    data = codec.encode(w, &head, sizeof(TaskHeader), value, 0, channel)
+    return PyBytes_FromStringAndSize(w.data(), w.size()) if data is None else data
+
+
+def encode_result(sender, task_id, status, seconds, value, channel=None):
+    """encode_result(sender, task_id, status, seconds, value, channel=None)
+
+    The result message that carries value, as a Python worker writes it.
+    """
+    cdef Writer w
+    cdef ResultHeader head = result_header(sender, task_id, <Status>status, seconds)
+    data = _python.encode(w, &head, sizeof(ResultHeader), value, sender, channel)
+    return PyBytes_FromStringAndSize(w.data(), w.size()) if data is None else data
+
+
+def decode_message(bytes message, channel=None):
+    """decode_message(message, channel=None)
+
+    (kind, fields, value) of a whole message: kind "task" or "result", its
+    header's and out-of-band header's fields, and the value of its body.
+
+    Raises
+    ------
+    ValueError
+        The message is malformed, or its descriptors are not waiting on
+        channel.
+    """
+    cdef Message m
+    read_message(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), m)
+    fields = {"sender": m.sender, "descriptors": m.descriptors, "buffers": m.buffer_count}
+    if m.kind == kTask:
+        kind = "task"
+        fields.update(flags=m.task.flags, task_id=m.task.task_id, fn_id=m.task.fn_id)
+    else:
+        kind = "result"
+        fields.update(status=m.result.status, task_id=m.result.task_id, seconds=m.result.seconds)
+    return kind, fields, body_of(m, message, channel)
+
+
+def chunks_of(bytes message, sender, limit):
+    """chunks_of(message, sender, limit)
+
+    The chunks a message longer than limit bytes is cut into.
+    """
+    return chunks(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), sender, limit)
+
+
+cdef Codec _python = Codec()
