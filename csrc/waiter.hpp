@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <pthread.h>
 
-#include "futex.hpp"
+#include "address_wait.hpp"
 #include "layout.hpp"
 #include "liveness.hpp"
 #include "spin.hpp"

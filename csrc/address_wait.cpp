@@ -1,4 +1,4 @@
-#include "futex.hpp"
+#include "address_wait.hpp"
 
 #include <cerrno>
 #include <climits>
