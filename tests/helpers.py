@@ -7,6 +7,8 @@ on a child interpreter's PYTHONPATH.
 
 import os
 
+import pytest
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = os.path.join(os.path.dirname(TESTS), "benchmarks")
 
@@ -16,6 +18,20 @@ def child_environ(env=None):
     environ = dict(os.environ, **(env or {}))
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, environ.get("PYTHONPATH")]))
     return environ
+
+
+def require(ready, missing, module=False):
+    """Skip the calling test (module: the calling module) when what it needs is missing (`missing` says what);
+    under .ci/run fail instead.
+
+    .ci/run sets MIZU_TESTS_NEED_ALL=1: CI has everything (R, root), and a
+    test skipped there would pass for one that never ran.
+    """
+    if ready:
+        return
+    if os.environ.get("MIZU_TESTS_NEED_ALL") == "1":
+        pytest.fail(f"{missing}, and .ci/run needs every test to run")
+    pytest.skip(missing, allow_module_level=module)
 
 
 def shm_entries():

@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 import children
+from helpers import require
 from mizu import _core
 
 
@@ -100,8 +101,8 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="mounts a tmpfs 
 
 @pytest.fixture
 def small_tmpfs():
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.fail("this test mounts a 1 MiB tmpfs and must run as root (CI does)")
+    require(os.geteuid() == 0 and shutil.which("mount") is not None,
+            "this test mounts a 1 MiB tmpfs: it runs as root, with mount")
     where = tempfile.mkdtemp(prefix="mizu-tmpfs-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", where], check=True)
     try:

@@ -21,7 +21,7 @@ import pytest
 
 import children
 import mizu
-from helpers import child_environ, shm_entries
+from helpers import child_environ, require, shm_entries
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
 
@@ -69,11 +69,17 @@ class Client:
 
 @pytest.fixture
 def client(tmp_path):
-    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group at the end."""
-    started = []
+    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group at the end.
 
-    def start(call, **kwargs):
-        started.append(Client(call, tmp_path, **kwargs))
+    Its temporary files go to tmp_path too: a client killed by SIGKILL
+    cannot remove its multiprocessing folder (pymp-*).
+    """
+    started = []
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+
+    def start(call, env=None, **kwargs):
+        started.append(Client(call, tmp_path, env={"TMPDIR": str(temp), **(env or {})}, **kwargs))
         return started[-1]
 
     yield start
@@ -372,8 +378,7 @@ def memory_cgroup():
     """The cgroup.procs file of a new memory cgroup limited to 256 MiB, under this process's own."""
     if sys.platform != "linux":
         pytest.skip("memory cgroups are Linux's")
-    if os.geteuid() != 0:
-        pytest.fail("this test makes a memory cgroup and must run as root (CI does)")
+    require(os.geteuid() == 0, "this test makes a memory cgroup: it runs as root")
     with open("/proc/self/cgroup") as file:
         lines = [line.rstrip("\n").split(":", 2) for line in file]
     v1 = [path for _, controllers, path in lines if "memory" in controllers.split(",")]

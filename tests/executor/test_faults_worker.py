@@ -238,7 +238,7 @@ def test_segfault_while_a_large_array_result_is_copied_out(make, executor_type, 
                       "children.half_readable_array(67108864).")
 
 
-@pytest.mark.stdlib_oracle_from((3, 11))   # 3.10's pool hangs: its feeder thread stays stuck writing
+@pytest.mark.stdlib_oracle_from((3, 11, 5))   # before, its feeder thread stays stuck writing (gh-94777)
 def test_sigkill_while_a_large_argument_is_written(make, executor_type, context, tmp_path):
     """A 50 MB argument waits to be written to a worker that is busy, and the worker is killed."""
     ex = make(executor_type, 1, mp_context=context)

@@ -12,13 +12,15 @@ import pytest
 import mizu
 from mizu import _rpackage
 
+# The tests import their helpers from rsession.py by name.
+sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import require  # noqa: E402
+
 try:
     _rpackage.find_rscript()
 except FileNotFoundError as exc:
-    pytest.skip(str(exc), allow_module_level=True)
-
-# The tests import their helpers from rsession.py by name.
-sys.path.insert(0, os.path.dirname(__file__))
+    require(False, str(exc), module=True)
 
 from rsession import RSession  # noqa: E402
 
