@@ -15,6 +15,8 @@ cdef class Worker:
     cdef readonly object outbox
     cdef readonly Fifo in_flight
     cdef readonly dict registered
+    cdef object last_fn                # the callable of the last task sent, and its id: registered[last_fn]
+    cdef unsigned long long last_fn_id
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started

@@ -169,11 +169,12 @@ cdef class Worker:
         self.in_flight = Fifo()
         self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
+        self.last_fn = None
         self.started_tasks = 0        # tasks sent to the current process
 
     cdef release(self):
         self.ring = None
-        self.process = self.watch = self.channel = None
+        self.process = self.watch = self.channel = self.last_fn = None
         self.registered.clear()
 
 
@@ -277,6 +278,7 @@ cdef class Pool:
             worker.channel.close()
         worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
         worker.registered.clear()
+        worker.last_fn = None
         worker.started_tasks = 0
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
@@ -471,7 +473,9 @@ cdef class Pool:
             flags |= KEYWORDS
             call = (cell.first, cell.second)
         fn = cell.fn
-        if self.codec.registrable(fn):
+        if fn is worker.last_fn:
+            fn_id = worker.last_fn_id
+        elif self.codec.registrable(fn):
             known = worker.registered.get(fn)
             if known is None:
                 self.last_fn_id += 1
@@ -479,7 +483,8 @@ cdef class Pool:
                 flags |= CALLABLE
                 call = (fn, call)
             else:
-                fn_id = known
+                fn_id = worker.last_fn_id = known
+                worker.last_fn = fn
         else:
             flags |= CALLABLE
             call = (fn, call)
@@ -487,7 +492,8 @@ cdef class Pool:
         data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
         if flags & CALLABLE and fn_id:
             # Sent with it: the worker knows it from now on.
-            worker.registered[fn] = fn_id
+            worker.registered[fn] = worker.last_fn_id = fn_id
+            worker.last_fn = fn
         return data
 
     cdef Worker pick(self, Py_ssize_t depth):
