@@ -70,6 +70,7 @@ from mizu.includes.spin cimport kForever, now_ns
 import collections
 import os
 import threading
+import time
 import traceback
 import types
 import weakref
@@ -742,7 +743,7 @@ cdef class Pool:
             self.collect_ready()
             if worker.watch.alive() or self.broken is not None:
                 continue
-            worker.process.join()
+            _reap(worker.process)
             self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
             return
 
@@ -859,6 +860,19 @@ cdef class Pool:
         for worker in self.workers:
             if worker.process is not None:
                 _signal(worker.process, operation)
+
+
+def _reap(proc):
+    """Join proc, which has exited, and wait until its exit code is recorded.
+
+    multiprocessing reaps its children from whichever thread polls first
+    (Process.start() polls them all): a join that loses that race returns
+    before the winner has stored the code, which it does a moment later.
+    """
+    proc.join()
+    deadline = _monotonic() + 1.0
+    while proc.exitcode is None and _monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _signal(proc, operation):
