@@ -109,13 +109,6 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
         return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1)
 
     def _map(self, fn, iterables, timeout, chunksize, buffersize):
-        if chunksize < 1:
-            raise ValueError("chunksize must be >= 1.")
-        if buffersize is not None:
-            if not isinstance(buffersize, int):
-                raise TypeError("buffersize must be an integer or None")
-            if buffersize < 1:
-                raise ValueError("buffersize must be None or > 0")
         return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers)
 
     if sys.version_info >= (3, 14):

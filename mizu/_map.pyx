@@ -81,8 +81,16 @@ cdef Py_ssize_t _batch_size(double task_seconds, Py_ssize_t units, Py_ssize_t ch
 def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
-    The arguments are the Executor's, checked; workers: its max_workers.
+    The arguments are the Executor's; workers: its max_workers. Bad ones
+    raise the stdlib's errors, before any call is submitted.
     """
+    if chunksize < 1:
+        raise ValueError("chunksize must be >= 1.")
+    if buffersize is not None:
+        if not isinstance(buffersize, int):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
     end_time = None if timeout is None else timeout + _monotonic()
     flat = chunksize == 1
     single = len(iterables) == 1
