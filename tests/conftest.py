@@ -1,6 +1,7 @@
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import sys
 import time
 
@@ -19,7 +20,7 @@ import mizu
 # helpers.py from this folder by name.
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import shm_entries  # noqa: E402
+from helpers import Client, process_group, shm_entries  # noqa: E402
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
@@ -88,3 +89,31 @@ def leaves_nothing_behind(request):
     params = getattr(request.node, "callspec", None)
     if params is None or params.params.get("executor_type") != "stdlib":
         assert shm_entries() - before == set(), "a test left entries in /dev/shm"
+
+
+@pytest.fixture
+def client(tmp_path):
+    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group and its workers at the end.
+
+    Its temporary files go to tmp_path too: a client killed by SIGKILL
+    cannot remove its multiprocessing folder (pymp-*).
+    """
+    started = []
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+
+    def start(call, env=None, **kwargs):
+        started.append(Client(call, tmp_path, env={"TMPDIR": str(temp), **(env or {})}, **kwargs))
+        return started[-1]
+
+    yield start
+    for c in started:
+        for pid in process_group(c.pid) + c.workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        c.proc.kill()
+        c.proc.wait(60)
+        for stream in (c.proc.stdout, c.proc.stderr):
+            stream.close()

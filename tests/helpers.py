@@ -6,6 +6,12 @@ on a child interpreter's PYTHONPATH.
 """
 
 import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -47,3 +53,135 @@ def mapped_segments():
     """How many mappings of mizu's memfd segments this process has (Linux)."""
     with open("/proc/self/maps") as maps:
         return sum("memfd:mizu" in line for line in maps)
+
+
+class Client:
+    """A client subprocess, in a session of its own: its stdout lines as they come, its stderr at the end.
+
+    `workers`: pids of processes it started outside its process group, for
+    the `client` fixture to kill with the group.
+    """
+
+    def __init__(self, call, cwd, env=None, preexec_fn=None):
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
+                                     env=child_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True, preexec_fn=preexec_fn)
+        self.pid = self.proc.pid
+        self.workers = []
+        self.lines = queue.Queue()
+        self.err = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append), daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, put):
+        for line in stream:
+            put(line)
+        put(None)
+
+    def line(self, timeout=60):
+        """The next line of stdout; fails after timeout seconds."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"the client printed nothing for {timeout} s; stderr so far: {''.join(self.err)}")
+        assert line is not None, f"the client ended early; stderr: {self.wait(60)[1]}"
+        return line.strip()
+
+    def wait(self, timeout):
+        """(exit code, stderr) once the client exits; fails after timeout seconds."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the client did not exit within {timeout} s; stderr so far: {''.join(self.err)}")
+        for reader in self.readers:
+            reader.join(60)
+        return code, "".join(line for line in self.err if line is not None)
+
+
+def process_state(pid):
+    """(state, ppid, process group) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def process_group(pgid):
+    """The live processes of a process group; a zombie has exited."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = process_state(int(entry))
+            if stat is not None and stat[2] == pgid and stat[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def exit_all(pids, timeout):
+    """Seconds until every process in pids has exited; fails after timeout."""
+    start = time.monotonic()
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = set(fds)
+        while left:
+            remaining = timeout - (time.monotonic() - start)
+            assert remaining > 0, f"{len(left)} of processes {sorted(pids)} still run after {timeout} s"
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)
+                left.discard(fd)
+        return time.monotonic() - start
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def wait_group_ends(pgid, timeout):
+    deadline = time.monotonic() + timeout
+    while process_group(pgid):
+        assert time.monotonic() < deadline, f"processes {process_group(pgid)} of the client are still running"
+        time.sleep(0.01)
+
+
+def memfds_of(pid):
+    """(device, inode) of every mizu memfd a process has open or mapped."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if "memfd:mizu" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                found.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
+        except FileNotFoundError:
+            pass
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "memfd:mizu" in fields[5]:
+                found.add((fields[3], int(fields[4])))
+    return found
+
+
+def memfd_holders(memfds):
+    """The processes, anywhere on the machine, that still hold one of memfds."""
+    holders = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if memfds_of(int(entry)) & memfds:
+                holders.add(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return holders

@@ -9,10 +9,7 @@ Where the stdlib behaves, the same case runs against it as the oracle.
 
 import json
 import os
-import queue
-import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -21,164 +18,9 @@ import pytest
 
 import children
 import mizu
-from helpers import child_environ, require, shm_entries
+from helpers import exit_all, memfd_holders, memfds_of, process_group, require, shm_entries, wait_group_ends
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
-
-
-class Client:
-    """A client subprocess: its stdout lines as they come, its stderr at the end."""
-
-    def __init__(self, call, cwd, env=None, preexec_fn=None):
-        self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
-                                     env=child_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, preexec_fn=preexec_fn)
-        self.pid = self.proc.pid
-        self.lines = queue.Queue()
-        self.err = []
-        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True),
-                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append), daemon=True)]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream, put):
-        for line in stream:
-            put(line)
-        put(None)
-
-    def line(self, timeout=60):
-        """The next line of stdout; fails after timeout seconds."""
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"the client printed nothing for {timeout} s; stderr so far: {''.join(self.err)}")
-        assert line is not None, f"the client ended early; stderr: {self.wait(60)[1]}"
-        return line.strip()
-
-    def wait(self, timeout):
-        """(exit code, stderr) once the client exits; fails after timeout seconds."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the client did not exit within {timeout} s; stderr so far: {''.join(self.err)}")
-        for reader in self.readers:
-            reader.join(60)
-        return code, "".join(line for line in self.err if line is not None)
-
-
-@pytest.fixture
-def client(tmp_path):
-    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group at the end.
-
-    Its temporary files go to tmp_path too: a client killed by SIGKILL
-    cannot remove its multiprocessing folder (pymp-*).
-    """
-    started = []
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-
-    def start(call, env=None, **kwargs):
-        started.append(Client(call, tmp_path, env={"TMPDIR": str(temp), **(env or {})}, **kwargs))
-        return started[-1]
-
-    yield start
-    for c in started:
-        for pid in _group(c.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        c.proc.kill()
-        c.proc.wait(60)
-        for stream in (c.proc.stdout, c.proc.stderr):
-            stream.close()
-
-
-def _stat(pid):
-    """(state, ppid, process group) of a process, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            fields = file.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return fields[0], int(fields[1]), int(fields[2])
-
-
-def _group(pgid):
-    """The live processes of a process group; a zombie has exited."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None and stat[2] == pgid and stat[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def _exit_all(pids, timeout):
-    """Seconds until every process in pids has exited; fails after timeout."""
-    start = time.monotonic()
-    fds = []
-    for pid in pids:
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            pass
-    try:
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        left = set(fds)
-        while left:
-            remaining = timeout - (time.monotonic() - start)
-            assert remaining > 0, f"{len(left)} of processes {sorted(pids)} still run after {timeout} s"
-            for fd, _ in poller.poll(remaining * 1000):
-                poller.unregister(fd)
-                left.discard(fd)
-        return time.monotonic() - start
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _group_ends(pgid, timeout):
-    deadline = time.monotonic() + timeout
-    while _group(pgid):
-        assert time.monotonic() < deadline, f"processes {_group(pgid)} of the client are still running"
-        time.sleep(0.01)
-
-
-def _memfds(pid):
-    """(device, inode) of every mizu memfd a process has open or mapped."""
-    found = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if "memfd:mizu" in os.readlink(f"/proc/{pid}/fd/{fd}"):
-                st = os.stat(f"/proc/{pid}/fd/{fd}")
-                found.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
-        except FileNotFoundError:
-            pass
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and "memfd:mizu" in fields[5]:
-                found.add((fields[3], int(fields[4])))
-    return found
-
-
-def _holders(memfds):
-    """The processes, anywhere on the machine, that still hold one of memfds."""
-    holders = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if _memfds(int(entry)) & memfds:
-                holders.add(int(entry))
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            pass
-    return holders
 
 
 # -- the client killed -------------------------------------------------------------------------------
@@ -196,15 +38,15 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     marks.mkdir()
     c = client(f"client_with_busy_pool({start_method!r}, {str(marks)!r})")
     workers = json.loads(c.line(60))["workers"]
-    group = _group(c.pid)
+    group = process_group(c.pid)
     assert len(workers) == 2 and set(workers) <= set(group)
-    memfds = set().union(*(_memfds(pid) for pid in workers))
+    memfds = set().union(*(memfds_of(pid) for pid in workers))
     assert len(memfds) >= 2, "each worker maps the pool's segment and the arena segment of the array"
     os.kill(c.pid, signal.SIGKILL)
     assert c.wait(60)[0] == -signal.SIGKILL
-    assert _exit_all(workers, 5) < 5, "the workers outlived their client"
-    _exit_all(group, 30)
-    assert _holders(memfds) == set()
+    assert exit_all(workers, 5) < 5, "the workers outlived their client"
+    exit_all(group, 30)
+    assert memfd_holders(memfds) == set()
     assert shm_entries() - before == set()
 
 
@@ -231,7 +73,7 @@ def _interrupt(client, tmp_path, kind, where, group):
     gate.touch()
     code, err = c.wait(60)
     assert (code, err) == (0, "")
-    _group_ends(c.pid, 30)
+    wait_group_ends(c.pid, 30)
 
 
 @linux_only
@@ -263,8 +105,8 @@ def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
     assert time.monotonic() - start < 2, "the second Ctrl-C must end the wait at once"
     assert code == -signal.SIGINT and "KeyboardInterrupt" in err
     assert "Fatal" not in err and "FATAL" not in err
-    _exit_all(workers, 5)
-    _group_ends(c.pid, 5)
+    exit_all(workers, 5)
+    wait_group_ends(c.pid, 5)
     assert shm_entries() - before == set()
 
 
@@ -299,8 +141,8 @@ def test_no_sequence_of_signals_crashes_the_client(client, seed):
     code, err = c.wait(30)
     assert code in (0, 1, -signal.SIGINT, -signal.SIGTERM), err
     assert "Fatal" not in err and "FATAL" not in err, err
-    _exit_all(workers, 5)
-    _group_ends(c.pid, 5)
+    exit_all(workers, 5)
+    wait_group_ends(c.pid, 5)
     assert shm_entries() - before == set()
 
 
@@ -333,7 +175,7 @@ def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type
     c = client(f"client_forks({kind!r}, {how!r}, {str(tmp_path / 'gate')!r})")
     seen = json.loads(c.line(60))
     assert c.wait(60) == (0, "")
-    _group_ends(c.pid, 30)
+    wait_group_ends(c.pid, 30)
     assert seen["child_exit"] == 0
     assert seen["quick"] and seen["blocked"], "the parent lost results"
     child = seen["child"]
@@ -476,7 +318,7 @@ def test_exit_with_work_pending_finishes_it(client, tmp_path, executor_type, how
     c = client(f"client_exits_with_work_pending({kind!r}, {how!r}, {str(done)!r})")
     assert c.line(60) == "leaving"
     assert c.wait(60) == (0, "")
-    _group_ends(c.pid, 30)
+    wait_group_ends(c.pid, 30)
     values = done.read_text().split()
     assert len(values) == len(set(values)), "a task ran twice"
     if how == "daemon threads":
