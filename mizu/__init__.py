@@ -24,26 +24,35 @@ from mizu._executor import ProcessPoolExecutor
 
 Executor = ProcessPoolExecutor
 
-# The array constructors load numpy, so they are imported on first use: a
-# program, or a worker, that never makes an array does not pay for it.
-_ARRAY_CONSTRUCTORS = frozenset(["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"])
+# Imported on first use, each from its module: the array constructors load
+# numpy, the R pool its launcher and R's codec. A program, or a worker, that
+# never makes an array or an R pool does not pay for them.
+_LAZY = {
+    **dict.fromkeys(["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"], "mizu._arrays"),
+    "RExecutor": "mizu._rexecutor",
+    "RError": "mizu._rcodec",
+    "RWarning": "mizu._rcodec",
+}
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
+    from mizu._rcodec import RError, RWarning
+    from mizu._rexecutor import RExecutor
 
 
 def __getattr__(name):
-    if name in _ARRAY_CONSTRUCTORS:
-        from mizu import _arrays
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mizu' has no attribute {name!r}")
+    import importlib
 
-        value = globals()[name] = getattr(_arrays, name)
-        return value
-    raise AttributeError(f"module 'mizu' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(module), name)
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | _ARRAY_CONSTRUCTORS)
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 
@@ -51,6 +60,9 @@ __all__ = [
     "Executor",
     "PeerDiedError",
     "ProcessPoolExecutor",
+    "RError",
+    "RExecutor",
+    "RWarning",
     "__version__",
     "arena_block",
     "asarray",

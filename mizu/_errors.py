@@ -1,5 +1,6 @@
 """What a broken pool says: the stdlib's BrokenProcessPool texts, a dead worker's obituary, short reprs of calls."""
 
+import re
 import reprlib
 import signal
 import traceback
@@ -13,6 +14,7 @@ TERMINATED = "The process pool was terminated, it is not usable anymore"
 TERMINATED_FUTURE = "The process pool was terminated while the future was running or pending."
 
 _TASK_REPR = 200      # characters of a task's call in an error message
+_R_NAME = re.compile(r"(?:[A-Za-z][\w.]*:::?)?[A-Za-z.][\w.]*")   # mean, stats::median
 
 
 class _BriefRepr(reprlib.Repr):
@@ -30,9 +32,16 @@ brief.maxstring, brief.maxother = 60, 100
 
 
 def call_repr(fn, args, kwargs):
-    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' brief reprs."""
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    label = f"{module}.{name}" if module and name else brief.repr(fn)
+    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' brief reprs.
+
+    An R function (a str) shows as R would call it: by its name, or its
+    source in parentheses.
+    """
+    if isinstance(fn, str):
+        label = fn if _R_NAME.fullmatch(fn) else f"({brief.repr(fn)[1:-1]})"
+    else:
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        label = f"{module}.{name}" if module and name else brief.repr(fn)
     parts = [brief.repr(arg) for arg in args]
     parts.extend(f"{key}={brief.repr(value)}" for key, value in kwargs.items())
     text = f"{label}({', '.join(parts)})"
@@ -49,13 +58,14 @@ def task_repr(kind, fn, first, second, calls):
             f"{call_repr(fn, (args,) if shape & SINGLE else args, {})}")
 
 
-def obituary(process, failure, took_a_task, task, starting_hint):
+def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):
     """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
 
-    failure: (stage, traceback) if its initializer or the unpickling of a
-    task raised, else None. took_a_task: whether it took one from its ring.
-    task: task_repr() of the task it was running, or None. starting_hint: why
-    a worker of its launcher may die before its first task, or "".
+    failure: (stage, traceback) if its initializer (setup_name: what its
+    launcher calls it) or the unpickling of a task raised, else None.
+    took_a_task: whether it took one from its ring. task: task_repr() of the
+    task it was running, or None. starting_hint: why a worker of its
+    launcher may die before its first task, or "".
     """
     code = process.exitcode
     if code is not None and code < 0:
@@ -68,7 +78,7 @@ def obituary(process, failure, took_a_task, task, starting_hint):
     text = f"Process {process.pid} ({process.name}) {how}"
     stage, tb = failure if failure is not None else (None, None)
     if stage == INITIALIZER:
-        return f"{text}: its initializer raised {tb.splitlines()[-1]}."
+        return f"{text}: its {setup_name} raised {tb.splitlines()[-1]}."
     if not took_a_task:
         text = f"{text} while starting, before it took a task"
         if starting_hint:

@@ -20,6 +20,7 @@ _T = TypeVar("_T")
 class _Launcher(Protocol):
     on_demand: bool
     starting_hint: str
+    setup_name: str
     codec: Codec
     def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]: ...
 

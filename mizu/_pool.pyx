@@ -753,7 +753,7 @@ cdef class Pool:
         cdef Cell cell = None if future is None else cell_of(future)
         task = None if cell is None else task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
         return obituary(worker.process, worker.failure, worker.ring.popped != worker.popped_at_start, task,
-                        self.launcher.starting_hint)
+                        self.launcher.starting_hint, self.launcher.setup_name)
 
     cdef terminate_broken(self, detail, remote=None, pool_text=BROKEN, future_text=BROKEN_FUTURE):
         """Break the pool: BrokenProcessPool on every pending future, then on submit.

@@ -562,14 +562,20 @@ def client_mapping_sleeps(workers, tasks, seconds):
 
 def client_interrupted(kind, where, gate):
     """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally."""
-    ex = _executor(kind)
-    futures = [ex.submit(wait_for_file, gate) for _ in range(4)]
+    _block_until_interrupted(_executor(kind), wait_for_file, where, gate)
+
+
+def _block_until_interrupted(ex, fn, where, gate, report=None):
+    """client_interrupted's body for the pool ex and the task fn(gate); report(ex) first, if given."""
+    futures = [ex.submit(fn, gate) for _ in range(4)]
+    if report is not None:
+        report(ex)
     print("waiting", flush=True)
     try:
         if where == "result":
             futures[-1].result()
         elif where == "map":
-            for _ in ex.map(wait_for_file, [gate] * 4):
+            for _ in ex.map(fn, [gate] * 4):
                 pass
         else:
             ex.shutdown(wait=True)
@@ -705,3 +711,48 @@ def client_in_memory_cgroup(procs):
         seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 512 << 20).result(timeout=60)))
         seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
     _report(**seen)
+
+
+# -- clients of R pools ----------------------------------------------------------------------
+
+R_MARK_AND_SLEEP = ("function(directory, data) { file.create(file.path(directory, Sys.getpid())); Sys.sleep(600); "
+                    "length(data) }")
+R_WAIT_FOR_FILE = "function(path) { while (!file.exists(path)) Sys.sleep(0.01); Sys.getpid() }"
+
+
+def _r_workers(ex):
+    return sorted(w.process.pid for w in ex._pool.workers)
+
+
+def client_with_busy_r_pool(directory):
+    """Keep both R workers of a pool busy and four tasks queued, each with a shared array; wait to be killed."""
+    import mizu
+
+    ex = mizu.RExecutor(2)
+    data = mizu.zeros(1 << 20)
+    for _ in range(6):
+        ex.submit(R_MARK_AND_SLEEP, directory, data)
+    while len(os.listdir(directory)) < 2:
+        time.sleep(0.01)
+    _report(workers=_r_workers(ex))
+    while True:
+        signal.pause()
+
+
+def client_interrupted_r(where, gate):
+    """Block in result(), map or shutdown(wait=True) on R tasks that wait for gate, until Ctrl-C; exit normally."""
+    import mizu
+
+    _block_until_interrupted(mizu.RExecutor(2), R_WAIT_FOR_FILE, where, gate,
+                             lambda ex: _report(workers=_r_workers(ex)))
+
+
+def client_leaving_an_r_pool(gate):
+    """Submit R tasks and leave without shutdown: the exit waits for them, as the stdlib's does."""
+    import mizu
+
+    ex = mizu.RExecutor(2)
+    futures = [ex.submit("function(x) x * 2L", i) for i in range(10)]
+    slow = ex.submit(R_WAIT_FOR_FILE, gate)
+    _report(workers=_r_workers(ex), values=[f.result() for f in futures])
+    slow.add_done_callback(lambda f: print("slow done", flush=True))

@@ -5,6 +5,8 @@ import struct
 import subprocess
 import tempfile
 
+import numpy as np
+
 from mizu import _rpackage
 
 
@@ -116,3 +118,26 @@ class RSession:
         assert self.process.wait(timeout=60) == 0
         self.process.stdout.close()
         self.stderr.close()
+
+
+def r_oracle(library, code, *arrays):
+    """What a fresh Rscript computes alone: the value of `code` as float64, with x1, x2, ... the arrays given.
+
+    Each array reaches R as a double vector (with its dim for two or more
+    dimensions) read from a file, so nothing of mizu is involved; the value
+    comes back, flattened in R's order, through another file.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        lines = []
+        for k, array in enumerate(arrays, 1):
+            path = os.path.join(tmp, f"x{k}")
+            array = np.asarray(array, dtype=np.float64)
+            with open(path, "wb") as file:
+                file.write(array.tobytes(order="F"))
+            lines.append(f"x{k} <- readBin({path!r}, 'double', {array.size})")
+            if array.ndim > 1:
+                lines.append(f"dim(x{k}) <- c({', '.join(map(str, array.shape))})")
+        out = os.path.join(tmp, "out")
+        lines.append(f"writeBin(as.double(local({{ {code} }})), {out!r})")
+        run_rscript(library, "\n".join(lines))
+        return np.fromfile(out, dtype=np.float64)

@@ -7,3 +7,12 @@ worker <- function(segment_fd, task_ring, result_ring, socket_fd, index, client_
     invisible(.Call(C_worker, as.integer(segment_fd), as.double(task_ring), as.double(result_ring),
                     as.integer(socket_fd), as.integer(index), as.integer(client_pid), as.double(max_tasks), script))
 }
+
+# The text an exiting worker sends when its setup script fails: R's
+# traceback, then a last line as a Python traceback ends, for the message
+# of the pool that breaks.
+setup_failure_text <- function(record) {
+    last <- if (is.null(record$call)) record$message else sprintf("in %s: %s", record$call, record$message)
+    paste(c("R traceback of the setup script, outermost call first:", paste0("  ", record$traceback),
+            paste0("RError: ", last)), collapse = "\n")
+}

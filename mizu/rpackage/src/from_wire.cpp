@@ -420,13 +420,17 @@ private:
 
 }  // namespace
 
-SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver) {
+namespace {
+
+// The value `read` puts in slot 0 of a list, given the message's Reader and a FromWire over it.
+template <class Read>
+SEXP decode_with(const char* data, std::size_t size, BlockResolver& resolver, Read read) {
     return r_call([&] {
         SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
         try {
             Reader r(data, size);
-            FromWire(r, resolver).value(holder, 0);
-            r.finish();
+            FromWire from(r, resolver);
+            read(r, from, holder);
         } catch (...) {
             UNPROTECT(1);
             throw;
@@ -437,6 +441,24 @@ SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver)
         SET_VECTOR_ELT(holder, 0, R_NilValue);
         UNPROTECT(1);
         return value;
+    });
+}
+
+}  // namespace
+
+SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver) {
+    return decode_with(data, size, resolver, [](Reader& r, FromWire& from, SEXP holder) {
+        from.value(holder, 0);
+        r.finish();
+    });
+}
+
+SEXP decode_first_item(const char* data, std::size_t size, BlockResolver& resolver) {
+    return decode_with(data, size, resolver, [](Reader& r, FromWire& from, SEXP holder) {
+        Tag t = r.tag();
+        if ((t != Tag::tuple && t != Tag::list) || r.begin(t) == 0)
+            throw std::invalid_argument("the message is not a tuple or list with a first item");
+        from.value(holder, 0);
     });
 }
 

@@ -21,6 +21,11 @@ namespace mizu::r {
 // (out of memory). Calls r_call, so it may not run inside one.
 SEXP decode_message(const char* data, std::size_t size, BlockResolver& resolver);
 
+// The R value of the first item of a wire message that is a tuple or list,
+// the rest unread: a task's callable, when the call's arguments are what R
+// cannot hold. Throws as decode_message does.
+SEXP decode_first_item(const char* data, std::size_t size, BlockResolver& resolver);
+
 // The blocks an encoding placed in this process's arena: the message's
 // out-of-band records, each with the one reference its receiver adopts, and
 // the descriptors of their segments here. Until hand_over(), destroying

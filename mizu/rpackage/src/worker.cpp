@@ -128,26 +128,57 @@ private:
         std::vector<int> fds;
         if (m.descriptors) fds = messages::receive_descriptors(o_.socket_fd, m.descriptors);
         Descriptors closing{fds};
-        SEXP value = R_NilValue;
+        SEXP value = R_NilValue, callable = R_NilValue;
         std::string refused;
+        if (uint8_t(m.body[0]) != messages::kWireBody)
+            throw std::invalid_argument("a task for an R worker must carry a wire message, not a pickle");
+        BlockTable table(records, fds);
         try {
-            if (uint8_t(m.body[0]) != messages::kWireBody)
-                throw std::invalid_argument("a task for an R worker must carry a wire message, not a pickle");
-            BlockTable table(records, fds);
             value = decode_message(m.body, m.body_size, table);
         } catch (const std::invalid_argument& e) {
-            // A value R cannot hold fails its task, not the worker.
+            // A value R cannot hold fails its task, not the worker; the
+            // callable it brings is still this worker's from now on.
             refused = e.what();
+            if (m.task.flags & messages::kCallable) callable = decode_first_item(m.body, m.body_size, table);
         }
         PROTECT(value);
+        PROTECT(callable);
+        if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
         int64_t start = now_ns();
         SEXP result = PROTECT(r_call([&] {
-            return refused.empty() ? run_call(m.task, value) : refusal(refused.c_str());
+            return refused.empty() ? run_call(m.task, value) : refusal(kRefused, refused.c_str());
         }));
         double seconds = double(now_ns() - start) * 1e-9;
         Status status = VECTOR_ELT(result, 1) == R_NilValue ? Status::ok : Status::raised;
-        push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, status, seconds), result);
-        UNPROTECT(2);
+        std::string unreadable;
+        try {
+            push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, status, seconds), result);
+        } catch (const std::invalid_argument& e) {
+            // A value Python cannot read fails its task, not the worker.
+            unreadable = e.what();
+        }
+        if (!unreadable.empty()) {
+            SEXP error = PROTECT(r_call([&] { return refusal(kUnreadable, unreadable.c_str()); }));
+            push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, Status::raised, seconds), error);
+            UNPROTECT(1);
+        }
+        UNPROTECT(3);
+    }
+
+    // Registers the R function `text` names or defines as the client's
+    // fn_id; R_NilValue.
+    SEXP learn(uint64_t fn_id, SEXP text) {
+        SEXP registered = PROTECT(register_function(text));
+        if (VECTOR_ELT(registered, 1) != R_NilValue) {
+            // The function itself does not evaluate: every task that
+            // names it gets that error.
+            R_PreserveObject(registered);
+            failures_[fn_id] = registered;
+        } else {
+            ids_[fn_id] = Rf_asInteger(VECTOR_ELT(registered, 0));
+        }
+        UNPROTECT(1);
+        return R_NilValue;
     }
 
     // list(value =, error =, warnings =) of the task's call, as eval_safely
@@ -158,16 +189,7 @@ private:
             if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
                 throw std::invalid_argument("a task with its callable must carry (callable, call)");
             call = VECTOR_ELT(value, 1);
-            SEXP registered = PROTECT(register_function(VECTOR_ELT(value, 0)));
-            if (VECTOR_ELT(registered, 1) != R_NilValue) {
-                // The function itself does not evaluate: every task that
-                // names it gets that error.
-                R_PreserveObject(registered);
-                failures_[h.fn_id] = registered;
-            } else {
-                ids_[h.fn_id] = Rf_asInteger(VECTOR_ELT(registered, 0));
-            }
-            UNPROTECT(1);
+            learn(h.fn_id, VECTOR_ELT(value, 0));
         }
         auto failure = failures_.find(h.fn_id);
         if (failure != failures_.end()) return failure->second;
@@ -256,8 +278,14 @@ private:
         return out;
     }
 
-    // The outcome of a task whose arguments R cannot hold.
-    static SEXP refusal(const char* message) {
+    // The classes of the errors the worker itself gives: for a task whose
+    // arguments R cannot hold (ValueError in Python), and for one whose value
+    // Python cannot read (TypeError).
+    static constexpr const char* kRefused = "mizuValueError";
+    static constexpr const char* kUnreadable = "mizuTypeError";
+
+    // The outcome of a task that failed in the worker, not in R.
+    static SEXP refusal(const char* cls, const char* message) {
         SEXP error = PROTECT(Rf_allocVector(VECSXP, 4));
         SEXP names = PROTECT(Rf_allocVector(STRSXP, 4));
         const char* fields[] = {"message", "call", "classes", "traceback"};
@@ -265,7 +293,7 @@ private:
         Rf_setAttrib(error, R_NamesSymbol, names);
         SET_VECTOR_ELT(error, 0, Rf_mkString(message));
         SEXP classes = PROTECT(Rf_allocVector(STRSXP, 3));
-        SET_STRING_ELT(classes, 0, Rf_mkChar("mizuValueError"));
+        SET_STRING_ELT(classes, 0, Rf_mkChar(cls));
         SET_STRING_ELT(classes, 1, Rf_mkChar("error"));
         SET_STRING_ELT(classes, 2, Rf_mkChar("condition"));
         SET_VECTOR_ELT(error, 2, classes);
@@ -363,22 +391,16 @@ private:
     EncodeOptions options_;
 };
 
-// list(stage 0, text) for a setup error's record: its message, call and
-// traceback, one per line.
+// list(stage 0, text) for a setup error's record: R's traceback, and a
+// last line as a Python traceback's (setup_failure_text in R/worker.R).
 SEXP setup_failure(SEXP record) {
-    static SEXP paste = Rf_install("paste");
-    SEXP message = VECTOR_ELT(record, 0), call = VECTOR_ELT(record, 1), traceback = VECTOR_ELT(record, 3);
-    SEXP lines = PROTECT(Rf_allocVector(STRSXP, 2 + Rf_xlength(traceback)));
-    SET_STRING_ELT(lines, 0, STRING_ELT(message, 0));
-    SET_STRING_ELT(lines, 1, call == R_NilValue ? Rf_mkChar("in the setup script") : STRING_ELT(call, 0));
-    for (R_xlen_t k = 0; k < Rf_xlength(traceback); ++k) SET_STRING_ELT(lines, 2 + k, STRING_ELT(traceback, k));
-    SEXP joined = PROTECT(Rf_lang3(paste, lines, Rf_mkString("\n")));
-    SET_TAG(CDDR(joined), Rf_install("collapse"));
-    SEXP text = PROTECT(Rf_eval(joined, R_BaseEnv));
+    SEXP ns = PROTECT(R_FindNamespace(PROTECT(Rf_mkString("mizu"))));
+    SEXP format = PROTECT(Rf_findFun(Rf_install("setup_failure_text"), ns));
+    SEXP text = PROTECT(Rf_eval(PROTECT(Rf_lang2(format, record)), ns));
     SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
     SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(int(messages::Stage::initializer)));
     SET_VECTOR_ELT(out, 1, text);
-    UNPROTECT(4);
+    UNPROTECT(6);
     return out;
 }
 

@@ -1,0 +1,167 @@
+"""RExecutor: a concurrent.futures Executor whose workers are R processes.
+
+The engine is the Python pool's (mizu._pool); the workers start through
+mizu._launchers.RLauncher and answer in the terms of mizu._rcodec.
+"""
+
+import concurrent.futures
+import os
+import weakref
+
+from mizu import _rpackage
+from mizu._launchers import RLauncher
+from mizu._map import map_results
+from mizu._messages import CALL
+from mizu._pool import Pool
+
+__all__ = ["RExecutor"]
+
+
+def _check_function(fn):
+    if not isinstance(fn, str):
+        raise TypeError(f"an R worker runs R functions, given as R source (\"function(x) x + 1\") or by name "
+                        f"(\"mean\", \"stats::median\") in a str, not {type(fn).__name__}")
+    return fn
+
+
+class RExecutor(concurrent.futures.Executor):
+    """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None)
+
+    An Executor whose workers are R processes, exchanging values with
+    Python through shared memory.
+
+    Each worker is an ``Rscript`` running mizu's R package, which is built
+    on first use (`mizu._rpackage`). A task names an R function, as R
+    source or by name, and its arguments; the function is evaluated once in
+    each worker, then sent by id. Its arguments become R values
+    (keywords become named arguments), and its value becomes a Python
+    value: numpy arrays of at least 4 KiB, and those in shared memory
+    (`mizu.empty`) of any size, reach R as views of the same memory,
+    uncopied where R's type matches; results of any size come back through
+    shared memory. The rules for each type, and for ``NA``, are in the
+    user guide's R chapter.
+
+    Parameters
+    ----------
+    max_workers : int, optional
+        Number of R processes; by default the CPUs this process may use.
+    setup : str or os.PathLike, optional
+        Run once in each worker, in its global environment, before its
+        first task: R code in a str, or the path of an R file to source.
+        If it fails, the pool breaks with R's error.
+    max_tasks_per_child : int, optional
+        Tasks a worker runs before it exits and a new one replaces it (R's
+        memory fragments: a fresh process is the cure).
+    rscript : os.PathLike or str, optional
+        The ``Rscript`` to run; by default the first on ``PATH``.
+
+    Raises
+    ------
+    ValueError
+        `max_workers` or `max_tasks_per_child` is not positive.
+    TypeError
+        `setup` is neither a str nor a path, or `max_tasks_per_child` is not
+        an int.
+    FileNotFoundError
+        R is not installed; the message says how to install it.
+    mizu._rpackage.RPackageBuildError
+        mizu's R package could not be built (no compiler, say); the message
+        names what is missing and ends with R's output.
+
+    See Also
+    --------
+    ProcessPoolExecutor : the same pool with Python workers.
+
+    Examples
+    --------
+    >>> import mizu, numpy as np
+    >>> with mizu.RExecutor(2) as r:
+    ...     r.submit("function(x, p) quantile(x, p, names = FALSE)", np.arange(101.0), 0.9).result()
+    90.0
+    """
+
+    def __init__(self, max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None):
+        if max_workers is None:
+            from mizu._core import usable_cpus
+
+            max_workers = usable_cpus()
+        elif max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if setup is not None and not isinstance(setup, (str, os.PathLike)):
+            raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
+        if max_tasks_per_child is not None:
+            if not isinstance(max_tasks_per_child, int):
+                raise TypeError("max_tasks_per_child must be an integer")
+            if max_tasks_per_child <= 0:
+                raise ValueError("max_tasks_per_child must be >= 1")
+        if rscript is None:
+            rscript = _rpackage.find_rscript()
+        library = _rpackage.ensure_installed()
+        self._max_workers = max_workers
+        launcher = RLauncher(rscript, library, setup, max_tasks_per_child)
+        self._pool = Pool(max_workers, launcher, max_tasks_per_child)
+        # Collecting the executor shuts the pool down; work already submitted still completes.
+        weakref.finalize(self, Pool.shutdown, self._pool, False, False)
+
+    def submit(self, fn, /, *args, **kwargs):
+        """submit(fn, /, *args, **kwargs)
+
+        Schedule the R call ``fn(*args, **kwargs)`` in a worker and return
+        its Future.
+
+        Parameters
+        ----------
+        fn : str
+            An R function: its source (``"function(x) sum(x)"``) or its name
+            (``"mean"``, ``"stats::median"``).
+        *args, **kwargs
+            Its arguments; keywords become named R arguments.
+
+        Returns
+        -------
+        concurrent.futures.Future
+            Its result is the call's value; an R error sets `RError`, and R's
+            warnings are shown as `RWarning` when the result arrives.
+
+        Raises
+        ------
+        TypeError
+            `fn` is not a str. (An argument R cannot take fails the future
+            with TypeError or ValueError.)
+        BrokenProcessPool
+            A worker died, or the setup script failed.
+        RuntimeError
+            The executor was shut down.
+        """
+        return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1)
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):
+        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None)
+
+        Like the builtin `map`, with the R function `fn` called in the
+        workers, `chunksize` calls to a task, at most `buffersize` tasks
+        submitted ahead (None: all at once). Results are yielded in order.
+
+        Raises
+        ------
+        TimeoutError
+            A result is not ready `timeout` seconds after the call to map.
+        RError
+            The R call of an item failed, when iteration reaches it.
+        """
+        return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
+                           self._max_workers)
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        """shutdown(wait=True, *, cancel_futures=False)
+
+        Free the pool's R processes and memory once pending futures are done.
+
+        Parameters
+        ----------
+        wait : bool
+            Block until every pending future is done and the workers exited.
+        cancel_futures : bool
+            Cancel the futures that no worker has started.
+        """
+        self._pool.shutdown(wait, cancel_futures)
