@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <deque>
 #include <fcntl.h>
 #include <map>
 #include <stdexcept>
@@ -25,6 +26,21 @@ std::map<SegmentKey, std::weak_ptr<Segment>>& segment_cache() {
     return *cache;
 }
 
+// The last few ordinary segments opened here stay mapped after their
+// blocks are gone, as in mizu's Python modules: block after block from
+// one segment then costs one mmap, not one per block. A segment made for
+// one large block goes with that block.
+constexpr std::size_t kRecentSegments = 8;
+
+void keep_recent(const std::shared_ptr<Segment>& seg) {
+    static auto* recent = new std::deque<std::shared_ptr<Segment>>;
+    if (seg->size() > 2 * ArenaOptions{}.segment_size) return;
+    auto found = std::find(recent->begin(), recent->end(), seg);
+    if (found != recent->end()) recent->erase(found);
+    recent->push_back(seg);
+    if (recent->size() > kRecentSegments) recent->pop_front();
+}
+
 std::string hex(uint64_t v) {
     char buf[19];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -43,7 +59,10 @@ std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd) {
     SegmentKey key{block.arena_id, block.segment_id};
     auto found = cache.find(key);
     if (found != cache.end())
-        if (std::shared_ptr<Segment> seg = found->second.lock()) return seg;
+        if (std::shared_ptr<Segment> seg = found->second.lock()) {
+            keep_recent(seg);
+            return seg;
+        }
     if (fd < 0 && block.pid <= 0)
         throw std::invalid_argument("no descriptor of segment " + std::to_string(block.segment_id) + " of arena " +
                                     hex(block.arena_id) + " was given, and it is not mapped in this process");
@@ -51,6 +70,7 @@ std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd) {
                                            : attach_arena_segment(block.pid, block.fd, block.arena_id, block.segment_id);
     for (auto it = cache.begin(); it != cache.end();) it = it->second.expired() ? cache.erase(it) : std::next(it);
     cache[key] = seg;
+    keep_recent(seg);
     return seg;
 }
 
