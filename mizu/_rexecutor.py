@@ -35,10 +35,10 @@ class RExecutor(concurrent.futures.Executor):
     source or by name, and its arguments; the function is evaluated once in
     each worker, then sent by id. Its arguments become R values
     (keywords become named arguments), and its value becomes a Python
-    value: numpy arrays of at least 4 KiB, and those in shared memory
-    (`mizu.empty`) of any size, reach R as views of the same memory,
-    uncopied where R's type matches; results of any size come back through
-    shared memory. The rules for each type, and for ``NA``, are in the
+    value. Arrays in shared memory (`mizu.empty`) of more than 64 KiB
+    reach R as views of the same memory, uncopied where R's type and
+    layout match; others are copied once. Results of any size come back
+    through shared memory. The rules for each type, and for ``NA``, are in the
     user guide's R chapter.
 
     Parameters

@@ -307,10 +307,13 @@ def _elements(dtype):
 
 
 @st.composite
-def arrays(draw):
+def arrays(draw, large=st.just(False)):
+    """Arrays of every dtype, shape and layout; if large draws True, repeated along axis 0 past 64 KiB."""
     dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
     shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
     values = draw(hnp.arrays(dtype, shape, elements=_elements(dtype)))
+    if draw(large) and values.size:
+        values = np.concatenate([values.reshape(values.shape or (1,))] * ((1 << 16) // values.nbytes + 1))
     layout = draw(st.sampled_from(["C", "F", "every other", "transposed"]))
     if layout == "F":
         values = np.asfortranarray(values)
@@ -333,8 +336,8 @@ def in_arena(values):
 
 
 def r_layout(arr):
-    """Whether R can view arr's bytes as they are: R's element type, in Fortran order, not empty."""
-    return arr.dtype.str in ("<f8", "<i4", "|u1", "<c16") and arr.flags.f_contiguous and arr.size > 0
+    """Whether R views arr's bytes as they are: R's element type, in Fortran order, more than 64 KiB."""
+    return arr.dtype.str in ("<f8", "<i4", "|u1", "<c16") and arr.flags.f_contiguous and arr.nbytes > 1 << 16
 
 
 # Tests.
@@ -349,16 +352,16 @@ def test_inline_arrays_of_every_dtype_shape_and_order(r_session, values):
     check_round_trip(r_session, values)
 
 
-@given(arrays(), st.sampled_from([0, 1 << 16]))
+@given(arrays(large=st.booleans()), st.sampled_from([0, 1 << 16]))
 def test_arena_arrays_are_views_when_r_can_read_their_bytes_as_they_are(r_session, values, inline_limit):
     arr = in_arena(values)
     check_round_trip(r_session, arr, expect_view=r_layout(arr), inline_limit=inline_limit)
 
 
 def test_arena_arrays_inside_containers(r_session):
-    x, m = mizu.zeros(1000), mizu.empty((30, 20), np.int32, order="F")
-    x[:] = np.linspace(0, 1, 1000)
-    m[...] = np.arange(600, dtype=np.int32).reshape(30, 20)
+    x, m = mizu.zeros(10_000), mizu.empty((300, 200), np.int32, order="F")
+    x[:] = np.linspace(0, 1, 10_000)
+    m[...] = np.arange(60_000, dtype=np.int32).reshape(300, 200)
     value = {"x": x, "parts": [m, "label", (1, 2.5)], "flags": mizu.full(3, True)}
     answer = ask(r_session, "list(views = vapply(list(x$x, x$parts[[1]], x$flags), function(v) "
                             "!is.null(mizu:::view_info(v)), TRUE), same = identical(x, {literal}))".format(

@@ -30,6 +30,11 @@ constexpr int64_t kExactInDouble = int64_t(1) << 53;
 
 constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 
+// Arena arrays of at most this many bytes are copied into R vectors: a
+// view's private mapping, its page faults and its unmapping cost more
+// than copying that much.
+constexpr uint64_t kViewMinBytes = uint64_t(1) << 16;
+
 // The numpy element types the wire carries.
 enum class Element : uint8_t { f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8, b1, c8, c16 };
 
@@ -383,7 +388,8 @@ private:
     void array(const ArrayHeader& a, SEXP parent, R_xlen_t i, bool may_view = true) {
         ArrayPlan plan = plan_for(a);
         R_xlen_t count = element_count(a);
-        if (may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) && count > 0) {
+        if (may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
+            uint64_t(count) * a.itemsize > kViewMinBytes) {
             SEXP view = new_view(plan.type);
             SET_VECTOR_ELT(parent, i, view);
             fill_view(view, a, count);

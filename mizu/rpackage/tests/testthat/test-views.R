@@ -11,13 +11,16 @@ counted <- function(expr) {
     view_counters(reset = TRUE)
 }
 
-test_that("arena arrays of R's layout decode as views, other types as ordinary vectors", {
-    for (value in list(runif(10), 1:10, as.raw(1:10), complex(real = 1:3), matrix(runif(6), 2))) {
+test_that("arena arrays of R's layout over 64 KiB decode as views, others as ordinary vectors", {
+    for (value in list(runif(1e4), seq_len(2e4), as.raw(rep(0:255, 300)), complex(real = seq_len(5000)),
+                       matrix(runif(1e4), 100))) {
         v <- big_view(value)
         expect_identical(v, value)
         expect_false(is.null(view_info(v)))
     }
     expect_null(view_info(big_view(c(TRUE, FALSE))))
+    expect_null(view_info(big_view(runif(8192))))
+    expect_identical(big_view(runif(8192, 0, 0)), double(8192))
 })
 
 test_that("reading a view copies nothing", {
@@ -36,17 +39,17 @@ test_that("reading a view copies nothing", {
 })
 
 test_that("subsetting a view selects what R's subsetting would", {
-    x <- runif(20)
+    x <- runif(1e4)
     v <- big_view(x)
     for (index in list(3:1, c(1, NA, 30), c(0.5, 2.9, 20.1), -1, 0, c(TRUE, FALSE), integer(0))) {
         expect_identical(v[index], x[index])
     }
-    expect_identical(big_view(as.raw(1:3))[c(1, 5)], as.raw(c(1, 0)))
-    expect_identical(big_view(complex(real = 1))[2], NA_complex_)
+    expect_identical(big_view(as.raw(rep(1:3, 3e4)))[c(1, 9e4 + 2)], as.raw(c(1, 0)))
+    expect_identical(big_view(complex(real = rep(1, 5000)))[5001], NA_complex_)
 })
 
 test_that("writing to a view changes that view alone, in place; a shared view is duplicated first", {
-    x <- runif(1000)
+    x <- runif(1e4)
     v <- big_view(x)
     counts <- counted(v[1] <- 0)
     expect_equal(counts[["copies"]] + counts[["remaps"]], 0)
@@ -94,15 +97,15 @@ test_that("a view's block goes back to the arena once R collects the view", {
 
 test_that("a block reference is adopted once", {
     # Keeps the arena's segment mapped here, so that block_view needs no descriptor.
-    kept <- big_view(runif(100))
-    encoded <- encode(runif(100), inline_limit = 0)
+    kept <- big_view(runif(1e4))
+    encoded <- encode(runif(1e4), inline_limit = 0)
     v <- decode(encoded$message, encoded$records, encoded$fds)
     expect_error(decode(encoded$message), "an array in out-of-band buffer 0 of a message with 0")
     info <- view_info(v)
     rm(v)
     gc()
     expect_error(block_view(NA, info$arena_id, info$block[["segment_id"]], info$block[["offset"]],
-                            info$block[["length"]], info$block[["generation"]], "double", 100),
+                            info$block[["length"]], info$block[["generation"]], "double", 1e4),
                  "has no references left")
 })
 
