@@ -1,0 +1,354 @@
+"""mizu's R pool side by side with the other ways to call R from Python, and with R alone.
+
+Rows: a trivial R call's round trip; sum(x) and x * 2 of a 1e6-element
+float64 array (x * 2 coming back included); a map of an R function over
+1,000 chunks of 1,000 doubles with 2 workers (serially where a system has
+no pool); and the memory that 4 R workers add while each reads one 1 GB
+array. Systems: mizu.RExecutor on a mizu.empty array (and on views of one
+for the map); rpy2 in the client's process, converting with numpy2ri in
+one converter context per call as rpy2's documentation does; a spawn
+ProcessPoolExecutor whose workers call R through rpy2 (its map at
+chunksize 1 and 50); parallel::mclapply with 2 cores, timed inside R; and
+R alone, the same computations timed inside one Rscript on R's own vectors.
+rpy2 rows need ``pip install rpy2 'rpy2-rinterface<3.6.6'`` with Debian's
+R 4.2 (newer rinterface calls R 4.5's API); without it they are left out.
+
+Every system runs in the same invocation, each row several times over;
+medians are printed, then mizu's time over each other system's. Results
+are checked against numpy's; the script exits 1 if one is wrong.
+--json also writes every sample to a file.
+
+Usage: python benchmarks/crosslang-map-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
+"""
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import mizu
+import record
+
+N = 1_000_000
+CHUNKS, CHUNK = 1_000, 1_000
+TRIVIAL = "function(x) x"
+X2 = "function(x) x * 2"
+MAPPED = "function(x) sum(sqrt(abs(x)))"
+SAMPLE_SECONDS = 0.3
+
+ROWS = [
+    ("trivial", "trivial R call, round trip", "us", 1e6),
+    ("vec_sum", "sum(x), 1e6 doubles", "ms", 1e3),
+    ("vec_x2", "x * 2, 1e6 doubles, result back", "ms", 1e3),
+    ("map_2w", "map over 1,000 chunks of 1,000, 2 workers", "ms", 1e3),
+    ("map_serial", "the same map, serially in one R", "ms", 1e3),
+]
+
+
+def progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def per_call(call, quick):
+    """Seconds per call(): calls in a loop of about SAMPLE_SECONDS, one call if a call takes longer."""
+    start = time.perf_counter()
+    call()
+    first = time.perf_counter() - start
+    budget = SAMPLE_SECONDS / (10 if quick else 1)
+    if first >= budget:
+        return first
+    n = max(1, int(budget / max(first, 1e-7)))
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - start) / n
+
+
+def data():
+    """The float64 vector in shared memory, and the map's chunks: views of a second one."""
+    rng = np.random.default_rng(0)
+    x = mizu.empty(N)
+    x[:] = rng.standard_normal(N)
+    whole = mizu.empty(CHUNKS * CHUNK)
+    whole[:] = rng.standard_normal(whole.size)
+    return x, [whole[i * CHUNK:(i + 1) * CHUNK] for i in range(CHUNKS)]
+
+
+def expected(x, chunks):
+    return {"trivial": 1.0, "vec_sum": x.sum(), "vec_x2": x * 2,
+            "map_2w": [np.sqrt(np.abs(c)).sum() for c in chunks]}
+
+
+def check(name, row, got, want):
+    """Whether got is want, to rounding (R sums in long double, numpy pairwise)."""
+    if row == "map_2w" or row == "map_serial":
+        ok = len(got) == len(want) and np.allclose(np.ravel(got), want, rtol=1e-9)
+    else:
+        ok = np.allclose(np.ravel(got), np.ravel(want), rtol=1e-9)
+    if not ok:
+        progress(f"WRONG RESULT: {name} {row}")
+    return ok
+
+
+# -- mizu ----------------------------------------------------------------------------------------
+
+
+def mizu_rows(x, chunks, want, quick, repeats, samples, wrong):
+    with mizu.RExecutor(1) as r:
+        calls = {
+            "trivial": lambda: r.submit(TRIVIAL, 1.0).result(),
+            "vec_sum": lambda: r.submit("sum", x).result(),
+            "vec_x2": lambda: r.submit(X2, x).result(),
+        }
+        measure("mizu", calls, want, quick, repeats, samples, wrong)
+    with mizu.RExecutor(2) as r:
+        list(r.map(MAPPED, chunks[:8]))
+        measure("mizu", {"map_2w": lambda: list(r.map(MAPPED, chunks))}, want, quick, repeats, samples, wrong)
+
+
+def measure(name, calls, want, quick, repeats, samples, wrong):
+    for row, call in calls.items():
+        progress(f"{name}: {row}")
+        if not check(name, row, call(), want["map_2w" if row == "map_serial" else row]):
+            wrong.append((name, row))
+        samples[(row, name)] = [per_call(call, quick) for _ in range(repeats)]
+
+
+def memory_mb(pid):
+    """(private, resident) memory of a process, in MB: USS (Private_Clean + Private_Dirty) and Rss (Linux)."""
+    private = resident = 0
+    with open(f"/proc/{pid}/smaps_rollup") as smaps:
+        for line in smaps:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                private += int(line.split()[1]) * 1024
+            elif line.startswith("Rss:"):
+                resident = int(line.split()[1]) * 1024
+    return private / 1e6, resident / 1e6
+
+
+def workers_mb(pids):
+    """(private, resident) memory of these processes together, in MB."""
+    both = [memory_mb(pid) for pid in pids]
+    return sum(p for p, _ in both), sum(r for _, r in both)
+
+
+def used_mb():
+    """The machine's memory in use (MemTotal - MemAvailable), in MB."""
+    fields = {}
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            key, value = line.split(":")
+            fields[key] = int(value.split()[0]) * 1024
+    return (fields["MemTotal"] - fields["MemAvailable"]) / 1e6
+
+
+def memory_row(gigabytes):
+    """MB that 4 R workers add, privately, resident and to the machine, while each holds and has read a 1 GB mizu.empty.
+
+    Resident memory counts the shared pages each worker has mapped, and so
+    shows that each read the whole array; private memory and the machine's
+    memory in use show what the reads cost.
+    """
+    big = mizu.empty(int(gigabytes * 1e9) // 8)
+    big[:] = 1.0
+    with mizu.RExecutor(4) as r:
+        pids = sorted(set(r.map("function(i) { Sys.sleep(0.05); Sys.getpid() }", range(8))))
+        time.sleep(0.5)
+        (private, resident), machine = workers_mb(pids), used_mb()
+        gate = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"mizu-crosslang-{os.getpid()}")
+        read = ("function(x, gate) { s <- sum(x); file.create(paste0(gate, Sys.getpid()));"
+                " while (file.exists(gate)) Sys.sleep(0.01); c(s, Sys.getpid()) }")
+        open(gate, "w").close()
+        futures = [r.submit(read, big, gate) for _ in pids]
+        deadline = time.monotonic() + 120
+        while sum(os.path.exists(gate + str(p)) for p in pids) < len(pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (held_private, held_resident), held_machine = workers_mb(pids), used_mb()
+        os.unlink(gate)
+        results = [f.result() for f in futures]
+        for p in pids:
+            if os.path.exists(gate + str(p)):
+                os.unlink(gate + str(p))
+    ok = len(pids) == 4 and sorted(int(v[1]) for v in results) == pids and all(v[0] == big.size for v in results)
+    return held_private - private, held_resident - resident, held_machine - machine, ok
+
+
+# -- rpy2 ----------------------------------------------------------------------------------------
+
+
+def rpy2_available():
+    try:
+        import rpy2.robjects  # noqa: F401
+    except Exception as exc:   # ImportError, or rinterface failing to load against this R
+        progress(f"rpy2 rows left out: {type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+_R = {}
+
+
+def rpy2_init():
+    """In a process: R started by rpy2, the rows' functions defined in it."""
+    import rpy2.robjects as ro
+    from rpy2.robjects import default_converter, numpy2ri
+
+    _R["converter"] = default_converter + numpy2ri.converter
+    for name, source in (("trivial", TRIVIAL), ("sum", "sum"), ("x2", X2), ("mapped", MAPPED)):
+        _R[name] = ro.r(source)
+
+
+def rpy2_call(name, arg):
+    """_R[name](arg) converted both ways by numpy2ri, in a converter context of its own."""
+    with _R["converter"].context():
+        value = _R[name](arg)
+    return value
+
+
+def rpy2_rows(x, chunks, want, quick, repeats, samples, wrong):
+    rpy2_init()
+    calls = {
+        "trivial": lambda: rpy2_call("trivial", 1.0),
+        "vec_sum": lambda: rpy2_call("sum", x),
+        "vec_x2": lambda: rpy2_call("x2", x),
+        "map_serial": lambda: [rpy2_call("mapped", c) for c in chunks],
+    }
+    measure("rpy2", calls, want, quick, repeats, samples, wrong)
+
+
+def ppe_rows(x, chunks, want, quick, repeats, samples, wrong):
+    context = multiprocessing.get_context("spawn")
+    plain = [np.array(c) for c in chunks]
+    with cf.ProcessPoolExecutor(1, mp_context=context, initializer=rpy2_init) as pool:
+        pool.submit(rpy2_call, "trivial", 1.0).result()
+        calls = {
+            "trivial": lambda: pool.submit(rpy2_call, "trivial", 1.0).result(),
+            "vec_sum": lambda: pool.submit(rpy2_call, "sum", np.asarray(x)).result(),
+            "vec_x2": lambda: pool.submit(rpy2_call, "x2", np.asarray(x)).result(),
+        }
+        measure("ppe-rpy2", calls, want, quick, repeats, samples, wrong)
+    with cf.ProcessPoolExecutor(2, mp_context=context, initializer=rpy2_init) as pool:
+        list(pool.map(rpy2_call, ["trivial"] * 4, [1.0] * 4))
+        for chunksize in (1, 50):
+            measure(f"ppe-rpy2 c{chunksize}",
+                    {"map_2w": lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))},
+                    want, quick, repeats, samples, wrong)
+
+
+# -- R alone, and mclapply ----------------------------------------------------------------------
+
+
+R_SCRIPT = r"""
+args <- commandArgs(TRUE)
+repeats <- as.integer(args[[1L]]); budget <- as.double(args[[2L]])
+per_call <- function(f) {
+    t0 <- proc.time()[["elapsed"]]; f(); first <- proc.time()[["elapsed"]] - t0
+    if (first >= budget) return(first)
+    n <- max(1, floor(budget / max(first, 1e-7)))
+    t0 <- proc.time()[["elapsed"]]
+    for (i in seq_len(n)) f()
+    (proc.time()[["elapsed"]] - t0) / n
+}
+set.seed(1)
+x <- rnorm(%(n)d)
+chunks <- lapply(seq_len(%(chunks)d), function(i) rnorm(%(chunk)d))
+trivial <- %(trivial)s
+x2 <- %(x2)s
+mapped <- %(mapped)s
+rows <- list(
+    trivial = function() trivial(1),
+    vec_sum = function() sum(x),
+    vec_x2 = function() { y <- x2(x); NULL },
+    map_serial = function() lapply(chunks, mapped))
+for (name in names(rows))
+    cat("R", name, vapply(seq_len(repeats), function(i) per_call(rows[[name]]), 0), "\n")
+mc <- function() parallel::mclapply(chunks, mapped, mc.cores = 2L)
+cat("mclapply", "map_2w", vapply(seq_len(repeats), function(i) per_call(mc), 0), "\n")
+"""
+
+
+def r_rows(quick, repeats, samples):
+    progress("R and mclapply: every row, in one Rscript")
+    script = R_SCRIPT % {"n": N, "chunks": CHUNKS, "chunk": CHUNK, "trivial": TRIVIAL, "x2": X2, "mapped": MAPPED}
+    budget = SAMPLE_SECONDS / (10 if quick else 1)
+    out = subprocess.run([shutil.which("Rscript") or "Rscript", "--no-save", "-e", script, str(repeats), str(budget)],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        name, row, *values = line.split()
+        samples[(row, name)] = [float(v) for v in values]
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+def table(samples, systems):
+    lines = []
+    head = f"{'row':<45}{'unit':>5}" + "".join(f"{s:>14}" for s in systems)
+    lines += [head, "-" * len(head)]
+    for row, title, unit, scale in ROWS:
+        cells = []
+        for s in systems:
+            got = samples.get((row, s))
+            cells.append(f"{statistics.median(got) * scale:>14.3g}" if got else f"{'':>14}")
+        lines.append(f"{title:<45}{unit:>5}" + "".join(cells))
+    lines += ["", "mizu's median over each system's (below 1: mizu is faster); in both map rows, mizu's is",
+              "its map with 2 workers", head.replace("unit", "    "), "-" * len(head)]
+    for row, title, _, _ in ROWS:
+        mine = samples.get(("map_2w" if row == "map_serial" else row, "mizu"))
+        cells = []
+        for s in systems:
+            theirs = samples.get((row, s))
+            ratio = statistics.median(mine) / statistics.median(theirs) if mine and theirs and s != "mizu" else None
+            cells.append(f"{'':>14}" if ratio is None else f"{ratio:>14.3g}")
+        lines.append(f"{title:<45}{'':>5}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="samples of each row and system (default 5)")
+    parser.add_argument("--quick", action="store_true", help="shorter samples and a 0.1 GB memory row, a smoke test")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
+    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
+    args = parser.parse_args(argv)
+    x, chunks = data()
+    want = expected(x, chunks)
+    samples, wrong = {}, []
+    mizu_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
+    systems = ["mizu"]
+    if rpy2_available():
+        rpy2_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
+        ppe_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
+        systems += ["rpy2", "ppe-rpy2", "ppe-rpy2 c1", "ppe-rpy2 c50"]
+    r_rows(args.quick, args.repeats, samples)
+    systems += ["mclapply", "R"]
+    progress("mizu: memory of 4 workers reading one array")
+    gigabytes = 0.1 if args.quick else 1.0
+    private, resident, machine, ok = memory_row(gigabytes)
+    if not ok:
+        wrong.append(("mizu", "memory"))
+    print(f"crosslang-map-bench: medians of {args.repeats}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(table(samples, systems))
+    print(f"\n4 R workers each holding and having read one {gigabytes:g} GB mizu.empty array add "
+          f"{private:.1f} MB of private memory and {machine:.1f} MB to the machine's memory in use "
+          f"(their resident memory, shared pages included, grows by {resident:.0f} MB)")
+    if args.json:
+        rows = {f"{row}/{name}": {"median": statistics.median(v), "samples": v} for (row, name), v in samples.items()}
+        rows["memory"] = {"gigabytes": gigabytes, "private_mb": private, "resident_mb": resident, "machine_mb": machine}
+        record.write(args.json, "crosslang-map-bench", argv, args, rows=rows)
+    if wrong:
+        progress(f"wrong results: {wrong}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
