@@ -202,6 +202,32 @@ def test_map_raises_the_error_of_its_first_failed_chunk_in_order(r, chunksize, b
         next(results)
 
 
+def test_each_call_after_errors_has_its_own_outcome_and_warnings(r):
+    """Errors in calls and at every place of a batch fail just their call or unit; warnings stay with theirs."""
+    source = "function(x) { if (x %% 3 == 0) warning('w', x); if (x %% 4 == 0) stop('e', x); x }"
+    for x in range(60):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if x % 4 == 0:
+                with pytest.raises(mizu.RError, match=f"e{x}$"):
+                    r.submit(source, x).result()
+            else:
+                assert r.submit(source, x).result() == x
+        assert [str(w.message) for w in caught] == ([f"In FUN({x}L): w{x}"] if x % 3 == 0 else [])
+    # Units of 5: their first error is at their first, second, ... last call, or none.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mizu.RWarning)
+        for first in range(6):
+            items = [x * 4 if k == first else x * 4 + 1 for k, x in enumerate(range(5))]
+            got = r.map(source, items, chunksize=5)
+            if first == 5:
+                assert list(got) == items
+            else:
+                with pytest.raises(mizu.RError, match=f"e{items[first]}$"):
+                    next(got)
+        assert list(r.map(source, [1, 2, 5, 7, 10], chunksize=2)) == [1, 2, 5, 7, 10]
+
+
 @pytest.mark.parametrize("fn, args, error, match", [
     ("identity", (object(),), TypeError, "has no form in R"),
     ("identity", (np.array([1, INT32_MIN], dtype=np.int32),), ValueError, "NA_integer_"),

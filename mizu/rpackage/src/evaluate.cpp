@@ -143,23 +143,33 @@ SEXP warning_records(SEXP k, SEXP record) {
     return formatted == R_NilValue ? Rf_allocVector(VECSXP, 0) : formatted;
 }
 
-}  // namespace
-
-SEXP eval_safely(SEXP call, SEXP env) {
-    static SEXP error = Rf_install("error"), warning = Rf_install("warning"), interrupt = Rf_install("interrupt");
-    SEXP k = kept_objects();
+// A record for one evaluation or session, made current: the handlers
+// write into it.
+SEXP push_record(SEXP k) {
     SEXP record = PROTECT(Rf_allocVector(VECSXP, kRecordCount));
     SET_VECTOR_ELT(record, kWarningCount, Rf_ScalarInteger(0));
     SET_VECTOR_ELT(k, kRecords, Rf_cons(record, VECTOR_ELT(k, kRecords)));
+    UNPROTECT(1);
+    return record;
+}
+
+void pop_record(SEXP k) { SET_VECTOR_ELT(k, kRecords, CDR(VECTOR_ELT(k, kRecords))); }
+
+// call inside withCallingHandlers with the package's handlers.
+SEXP with_handlers(SEXP k, SEXP call) {
+    static SEXP error = Rf_install("error"), warning = Rf_install("warning"), interrupt = Rf_install("interrupt");
     SEXP on_error = VECTOR_ELT(k, kOnError);
-    SEXP wrapped =
-        PROTECT(Rf_lang5(VECTOR_ELT(k, kWithCallingHandlers), call, on_error, VECTOR_ELT(k, kOnWarning), on_error));
+    SEXP wrapped = Rf_lang5(VECTOR_ELT(k, kWithCallingHandlers), call, on_error, VECTOR_ELT(k, kOnWarning), on_error);
     SEXP handlers = CDDR(wrapped);
     SET_TAG(handlers, error);
     SET_TAG(CDR(handlers), warning);
     SET_TAG(CDDR(handlers), interrupt);
-    int failed = 0;
-    SEXP value = PROTECT(R_tryEvalSilent(wrapped, env, &failed));
+    return wrapped;
+}
+
+// list(value =, error =, warnings =) from a record.
+SEXP outcome_from(SEXP k, SEXP record, SEXP value, bool failed) {
+    PROTECT(value);
     SEXP result = PROTECT(Rf_allocVector(VECSXP, 3));
     Rf_setAttrib(result, R_NamesSymbol, VECTOR_ELT(k, kResultNames));
     if (failed)
@@ -167,9 +177,73 @@ SEXP eval_safely(SEXP call, SEXP env) {
     else
         SET_VECTOR_ELT(result, 0, value);
     SET_VECTOR_ELT(result, 2, warning_records(k, record));
-    SET_VECTOR_ELT(k, kRecords, CDR(VECTOR_ELT(k, kRecords)));
-    UNPROTECT(4);
+    UNPROTECT(2);
     return result;
+}
+
+// The call of registered function id with these arguments, and the
+// environment it runs in.
+SEXP registered_call(int id, SEXP args, SEXP kwargs, SEXP* env) {
+    if (id < 1 || id > registered)
+        throw std::out_of_range("no R function has id " + std::to_string(id) + "; " + std::to_string(registered) +
+                                " are registered");
+    SEXP entry = VECTOR_ELT(VECTOR_ELT(kept_objects(), kRegistry), id - 1);
+    R_xlen_t npositional = Rf_xlength(args), nnamed = Rf_xlength(kwargs);
+    SEXP names = Rf_getAttrib(kwargs, R_NamesSymbol);
+    if (nnamed > 0 && TYPEOF(names) != STRSXP) Rf_error("named arguments must come in a list with names");
+    SEXP call = PROTECT(Rf_lcons(VECTOR_ELT(entry, 0), Rf_allocList(int(npositional + nnamed))));
+    SEXP node = CDR(call);
+    for (R_xlen_t k = 0; k < npositional; ++k, node = CDR(node)) SETCAR(node, VECTOR_ELT(args, k));
+    for (R_xlen_t k = 0; k < nnamed; ++k, node = CDR(node)) {
+        SETCAR(node, VECTOR_ELT(kwargs, k));
+        SET_TAG(node, Rf_install(Rf_translateChar(STRING_ELT(names, k))));
+    }
+    *env = VECTOR_ELT(entry, 1);
+    UNPROTECT(1);
+    return call;
+}
+
+}  // namespace
+
+SEXP eval_safely(SEXP call, SEXP env) {
+    SEXP k = kept_objects();
+    SEXP record = PROTECT(push_record(k));
+    SEXP wrapped = PROTECT(with_handlers(k, call));
+    int failed = 0;
+    SEXP value = R_tryEvalSilent(wrapped, env, &failed);
+    SEXP result = outcome_from(k, record, value, failed != 0);
+    pop_record(k);
+    UNPROTECT(2);
+    return result;
+}
+
+SEXP session_expression(SEXP body) { return with_handlers(kept_objects(), body); }
+
+void begin_session() { push_record(kept_objects()); }
+
+bool run_session(SEXP expression, SEXP env) {
+    int failed = 0;
+    R_tryEvalSilent(expression, env, &failed);
+    return failed == 0;
+}
+
+void end_session() { pop_record(kept_objects()); }
+
+SEXP session_call(int id, SEXP args, SEXP kwargs) {
+    SEXP record = current_record();
+    SET_VECTOR_ELT(record, kCondition, R_NilValue);
+    SET_VECTOR_ELT(record, kCalls, R_NilValue);
+    INTEGER(VECTOR_ELT(record, kWarningCount))[0] = 0;
+    SEXP env;
+    SEXP call = PROTECT(registered_call(id, args, kwargs, &env));
+    SEXP value = Rf_eval(call, env);
+    UNPROTECT(1);
+    return value;
+}
+
+SEXP session_outcome(SEXP value, bool failed) {
+    SEXP k = kept_objects();
+    return outcome_from(k, current_record(), value, failed);
 }
 
 void record_error(SEXP condition, SEXP calls) {
@@ -209,21 +283,9 @@ SEXP register_function(SEXP text) {
 }
 
 SEXP call_function(int id, SEXP args, SEXP kwargs) {
-    if (id < 1 || id > registered)
-        throw std::out_of_range("no R function has id " + std::to_string(id) + "; " + std::to_string(registered) +
-                                " are registered");
-    SEXP entry = VECTOR_ELT(VECTOR_ELT(kept_objects(), kRegistry), id - 1);
-    R_xlen_t npositional = Rf_xlength(args), nnamed = Rf_xlength(kwargs);
-    SEXP names = Rf_getAttrib(kwargs, R_NamesSymbol);
-    if (nnamed > 0 && TYPEOF(names) != STRSXP) Rf_error("named arguments must come in a list with names");
-    SEXP call = PROTECT(Rf_lcons(VECTOR_ELT(entry, 0), Rf_allocList(int(npositional + nnamed))));
-    SEXP node = CDR(call);
-    for (R_xlen_t k = 0; k < npositional; ++k, node = CDR(node)) SETCAR(node, VECTOR_ELT(args, k));
-    for (R_xlen_t k = 0; k < nnamed; ++k, node = CDR(node)) {
-        SETCAR(node, VECTOR_ELT(kwargs, k));
-        SET_TAG(node, Rf_install(Rf_translateChar(STRING_ELT(names, k))));
-    }
-    SEXP result = eval_safely(call, VECTOR_ELT(entry, 1));
+    SEXP env;
+    SEXP call = PROTECT(registered_call(id, args, kwargs, &env));
+    SEXP result = eval_safely(call, env);
     UNPROTECT(1);
     return result;
 }

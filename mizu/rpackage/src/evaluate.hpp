@@ -26,6 +26,27 @@ namespace mizu::r {
 // list(message =, call =, classes =), the first 50 raised.
 SEXP eval_safely(SEXP call, SEXP env);
 
+// A session: the worker loop's many calls under one establishment of
+// those handlers, which costs more than most calls. session_expression
+// wraps `body` (the loop, a .Call) in the handlers; begin_session makes a
+// record current for every call the loop makes through session_call;
+// run_session evaluates the expression in env, returning true if it
+// returned and false if an R error or interrupt ended it (then
+// session_outcome(R_NilValue, true) describes that error); end_session
+// follows every begin_session. run_session and end_session allocate
+// nothing, so they cannot fail with an R error themselves.
+//
+// While the loop runs, session_call calls function `id` as call_function
+// does and returns its value, unprotected; an error in it ends the
+// session. session_outcome then gives the call's outcome, with the
+// warnings it raised, as eval_safely does.
+SEXP session_expression(SEXP body);
+void begin_session();
+bool run_session(SEXP expression, SEXP env);
+void end_session();
+SEXP session_call(int id, SEXP args, SEXP kwargs);
+SEXP session_outcome(SEXP value, bool failed);
+
 // What the condition handlers call back with; from R code only.
 void record_error(SEXP condition, SEXP calls);
 void record_warning(SEXP condition);

@@ -265,8 +265,14 @@ SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_
     });
 }
 
+// serve(handle): one session of the worker loop (worker.hpp).
+SEXP mizu_serve(SEXP handle) {
+    return entry([&] { return serve_worker(handle); });
+}
+
 static const R_CallMethodDef routines[] = {
     {"worker", routine(mizu_worker), 8},
+    {"serve", routine(mizu_serve), 1},
     {"decode", routine(mizu_decode), 3},
     {"encode", routine(mizu_encode), 2},
     {"block_view", routine(mizu_block_view), 8},

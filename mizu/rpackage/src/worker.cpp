@@ -60,6 +60,13 @@ Rings attach_rings(const WorkerOptions& o) {
     return Rings{std::move(seg), t, r};
 }
 
+// The tag of the external pointer through which a session reaches its
+// worker (serve_worker).
+SEXP worker_tag() {
+    static SEXP tag = Rf_install("mizu_worker");
+    return tag;
+}
+
 // Ends this process as soon as the client is gone, whatever R is doing.
 void watch_client(pid_t client) {
     std::thread([client] {
@@ -78,17 +85,58 @@ public:
         task_waiter_.set_slice_ns(kIdleSliceNs);
     }
 
-    // Runs until the client closes the ring or exits, or max_tasks are done.
+    // Runs until the client closes the ring or exits, or max_tasks are done:
+    // serve() inside sessions (evaluate.hpp), a new one after each R error,
+    // which fails the call that raised it.
     void run() {
-        long done = 0;
-        std::string message;
-        while (next_message(message)) {
-            run_task(message);
-            if (o_.max_tasks > 0 && ++done >= o_.max_tasks) {
-                send_notice(Status::retiring, R_NilValue);
-                return;
+        SEXP ns = PROTECT(r_call([] {
+            SEXP name = PROTECT(Rf_mkString("mizu"));
+            SEXP found = R_FindNamespace(name);
+            UNPROTECT(1);
+            return found;
+        }));
+        SEXP expression = PROTECT(r_call([&] {
+            SEXP serve = Rf_findVarInFrame(ns, Rf_install("C_serve"));
+            if (TYPEOF(serve) == PROMSXP) serve = Rf_eval(serve, ns);
+            SEXP handle = PROTECT(R_MakeExternalPtr(this, worker_tag(), R_NilValue));
+            SEXP body = PROTECT(Rf_lang3(Rf_install(".Call"), serve, handle));
+            SEXP wrapped = session_expression(body);
+            UNPROTECT(2);
+            return wrapped;
+        }));
+        for (bool returned = false; !returned;) {
+            r_call([] {
+                begin_session();
+                return R_NilValue;
+            });
+            returned = run_session(expression, ns);
+            try {
+                if (!returned) fail_running();
+            } catch (...) {
+                end_session();
+                throw;
             }
+            end_session();
         }
+        UNPROTECT(2);
+        if (stopped_) std::rethrow_exception(stopped_);
+    }
+
+    // The loop a session runs: the rest of a batch an error interrupted,
+    // then tasks until the client is gone or max_tasks are done. What the
+    // core throws ends it, to be rethrown by run() outside R.
+    SEXP serve() {
+        try {
+            if (batch_.active) finish_running(r_call([&] { return continue_batch(); }));
+            std::string message;
+            while (!retired_ && next_message(message)) run_task(message);
+        } catch (const RJump&) {
+            throw;
+        } catch (const ClientGone&) {
+        } catch (...) {
+            stopped_ = std::current_exception();
+        }
+        return R_NilValue;
     }
 
     // A notice with no task: retiring (body NULL), or exiting (body
@@ -123,6 +171,8 @@ private:
     void run_task(const std::string& bytes) {
         Message m = messages::read_message(bytes.data(), bytes.size());
         if (m.kind != messages::kTask) throw std::invalid_argument("the client sent a worker a result");
+        // From here an R error fails this task (fail_running).
+        running_ = Running{true, m.task, now_ns()};
         std::vector<messages::BufferRecord> records;
         for (std::size_t i = 0; i < m.buffer_count; ++i) records.push_back(m.buffer(i));
         std::vector<int> fds;
@@ -144,25 +194,56 @@ private:
         PROTECT(value);
         PROTECT(callable);
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
-        int64_t start = now_ns();
-        SEXP result = PROTECT(r_call([&] {
+        running_.start_ns = now_ns();
+        finish_running(r_call([&] {
             return refused.empty() ? run_call(m.task, value) : refusal(kRefused, refused.c_str());
         }));
-        double seconds = double(now_ns() - start) * 1e-9;
-        Status status = VECTOR_ELT(result, 1) == R_NilValue ? Status::ok : Status::raised;
+        UNPROTECT(2);
+    }
+
+    // Sends the outcome of the running task, and retires the worker if it
+    // has done max_tasks.
+    void finish_running(SEXP outcome) {
+        PROTECT(outcome);
+        running_.active = false;
+        const messages::TaskHeader& task = running_.task;
+        double seconds = double(now_ns() - running_.start_ns) * 1e-9;
+        Status status = VECTOR_ELT(outcome, 1) == R_NilValue ? Status::ok : Status::raised;
         std::string unreadable;
         try {
-            push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, status, seconds), result);
+            push_result(messages::result_header(uint16_t(o_.index), task.task_id, status, seconds), outcome);
         } catch (const std::invalid_argument& e) {
             // A value Python cannot read fails its task, not the worker.
             unreadable = e.what();
         }
         if (!unreadable.empty()) {
             SEXP error = PROTECT(r_call([&] { return refusal(kUnreadable, unreadable.c_str()); }));
-            push_result(messages::result_header(uint16_t(o_.index), m.task.task_id, Status::raised, seconds), error);
+            push_result(messages::result_header(uint16_t(o_.index), task.task_id, Status::raised, seconds), error);
             UNPROTECT(1);
         }
-        UNPROTECT(3);
+        UNPROTECT(1);
+        if (o_.max_tasks > 0 && ++done_ >= o_.max_tasks) {
+            send_notice(Status::retiring, R_NilValue);
+            retired_ = true;
+        }
+    }
+
+    // After an R error ended a session: the outcome of the call it ended.
+    // In a batch, that unit fails and the next session runs the rest.
+    void fail_running() {
+        if (!running_.active) throw std::runtime_error("an R error struck the R worker between tasks");
+        if (!batch_.active) {
+            finish_running(r_call([] { return session_outcome(R_NilValue, true); }));
+            return;
+        }
+        r_call([&] {
+            SEXP outcome = PROTECT(session_outcome(R_NilValue, true));
+            SET_VECTOR_ELT(batch_list(kErrors), batch_.unit, VECTOR_ELT(outcome, 1));
+            ++batch_.failed;
+            end_unit(VECTOR_ELT(outcome, 2));
+            UNPROTECT(1);
+            return R_NilValue;
+        });
     }
 
     // Registers the R function `text` names or defines as the client's
@@ -205,48 +286,79 @@ private:
             args = VECTOR_ELT(call, 0);
             kwargs = VECTOR_ELT(call, 1);
         }
-        return call_function(id->second, as_arguments(args), kwargs);
+        SEXP result = PROTECT(session_call(id->second, as_arguments(args), kwargs));
+        SEXP outcome = session_outcome(result, false);
+        UNPROTECT(1);
+        return outcome;
     }
 
     // A batch's outcome, shaped as one call's: its value is list(values,
     // failures), one value per unit (NULL where the unit failed) and
     // list(unit index, error record) for each unit that failed; its
-    // warnings are every call's.
+    // warnings are every call's. A unit ends at its first error; the batch
+    // goes on with the next, in the next session (fail_running).
     SEXP run_batch(int id, uint8_t flags, SEXP units) {
         if (TYPEOF(units) != VECSXP) throw std::invalid_argument("a batch's units must be a list");
-        bool flat = flags & messages::kFlat, single = flags & messages::kSingle;
-        R_xlen_t n = XLENGTH(units), failed = 0, warned = 0;
-        SEXP values = PROTECT(Rf_allocVector(VECSXP, n));
-        SEXP errors = PROTECT(Rf_allocVector(VECSXP, n));
-        SEXP warnings = PROTECT(Rf_allocVector(VECSXP, n));
-        for (R_xlen_t u = 0; u < n; ++u) {
-            SEXP unit = VECTOR_ELT(units, u);
-            R_xlen_t calls = flat ? 1 : Rf_xlength(unit);
-            if (!flat && TYPEOF(unit) != VECSXP) throw std::invalid_argument("a batch's unit must be a list of calls");
-            SEXP unit_values = PROTECT(Rf_allocVector(VECSXP, calls));
-            SEXP unit_warnings = PROTECT(Rf_allocVector(VECSXP, 0));
-            for (R_xlen_t c = 0; c < calls; ++c) {
-                SEXP args = flat ? unit : VECTOR_ELT(unit, c);
-                SEXP outcome = PROTECT(call_function(id, single ? one_item(args) : as_arguments(args), R_NilValue));
-                SET_VECTOR_ELT(unit_values, c, VECTOR_ELT(outcome, 0));
-                unit_warnings = append(unit_warnings, VECTOR_ELT(outcome, 2));
-                UNPROTECT(2);
-                PROTECT(unit_warnings);
-                if (VECTOR_ELT(outcome, 1) != R_NilValue) {
-                    SET_VECTOR_ELT(errors, u, VECTOR_ELT(outcome, 1));
-                    ++failed;
-                    break;
-                }
+        R_xlen_t n = XLENGTH(units);
+        SEXP lists = PROTECT(Rf_allocVector(VECSXP, kBatchLists));
+        SET_VECTOR_ELT(lists, kUnits, units);
+        for (BatchList k : {kValues, kErrors, kWarnings}) SET_VECTOR_ELT(lists, k, Rf_allocVector(VECSXP, n));
+        R_PreserveObject(lists);
+        UNPROTECT(1);
+        batch_ = Batch{true, id, bool(flags & messages::kFlat), bool(flags & messages::kSingle), n, 0, 0, 0, 0, lists};
+        return continue_batch();
+    }
+
+    enum BatchList : R_xlen_t { kUnits, kValues, kErrors, kWarnings, kUnitValues, kUnitWarnings, kBatchLists };
+
+    SEXP batch_list(BatchList k) const { return VECTOR_ELT(batch_.lists, k); }
+
+    // The batch from its current unit and call on; its outcome.
+    SEXP continue_batch() {
+        for (; batch_.unit < batch_.units; ) {
+            SEXP unit = VECTOR_ELT(batch_list(kUnits), batch_.unit);
+            if (!batch_.flat && TYPEOF(unit) != VECSXP)
+                throw std::invalid_argument("a batch's unit must be a list of calls");
+            R_xlen_t calls = batch_.flat ? 1 : XLENGTH(unit);
+            if (batch_.call == 0) {
+                SET_VECTOR_ELT(batch_.lists, kUnitValues, Rf_allocVector(VECSXP, calls));
+                SET_VECTOR_ELT(batch_.lists, kUnitWarnings, Rf_allocVector(VECSXP, 0));
             }
-            if (VECTOR_ELT(errors, u) == R_NilValue)
-                SET_VECTOR_ELT(values, u, flat ? VECTOR_ELT(unit_values, 0) : unit_values);
-            warned += XLENGTH(unit_warnings);
-            SET_VECTOR_ELT(warnings, u, unit_warnings);
-            UNPROTECT(2);
+            for (; batch_.call < calls; ++batch_.call) {
+                SEXP args = batch_.flat ? unit : VECTOR_ELT(unit, batch_.call);
+                SEXP value = PROTECT(
+                    session_call(batch_.id, batch_.single ? one_item(args) : as_arguments(args), R_NilValue));
+                SET_VECTOR_ELT(batch_list(kUnitValues), batch_.call, value);
+                SEXP outcome = PROTECT(session_outcome(R_NilValue, false));
+                add_unit_warnings(VECTOR_ELT(outcome, 2));
+                UNPROTECT(2);
+            }
+            SEXP values = batch_list(kUnitValues);
+            SET_VECTOR_ELT(batch_list(kValues), batch_.unit, batch_.flat ? VECTOR_ELT(values, 0) : values);
+            end_unit(R_NilValue);
         }
-        SEXP failures = PROTECT(Rf_allocVector(VECSXP, failed));
-        SEXP all_warnings = PROTECT(Rf_allocVector(VECSXP, warned));
-        for (R_xlen_t u = 0, f = 0, w = 0; u < n; ++u) {
+        return batch_outcome();
+    }
+
+    void add_unit_warnings(SEXP warnings) {
+        SET_VECTOR_ELT(batch_.lists, kUnitWarnings, append(batch_list(kUnitWarnings), warnings));
+    }
+
+    // The current unit is over, with these last warnings: on to the next.
+    void end_unit(SEXP warnings) {
+        add_unit_warnings(warnings);
+        SEXP unit_warnings = batch_list(kUnitWarnings);
+        batch_.warned += XLENGTH(unit_warnings);
+        SET_VECTOR_ELT(batch_list(kWarnings), batch_.unit, unit_warnings);
+        ++batch_.unit;
+        batch_.call = 0;
+    }
+
+    SEXP batch_outcome() {
+        SEXP errors = batch_list(kErrors), warnings = batch_list(kWarnings);
+        SEXP failures = PROTECT(Rf_allocVector(VECSXP, batch_.failed));
+        SEXP all_warnings = PROTECT(Rf_allocVector(VECSXP, batch_.warned));
+        for (R_xlen_t u = 0, f = 0, w = 0; u < batch_.units; ++u) {
             if (VECTOR_ELT(errors, u) != R_NilValue) {
                 SEXP pair = Rf_allocVector(VECSXP, 2);
                 SET_VECTOR_ELT(failures, f++, pair);
@@ -257,10 +369,12 @@ private:
             for (R_xlen_t k = 0; k < XLENGTH(unit_warnings); ++k) SET_VECTOR_ELT(all_warnings, w++, VECTOR_ELT(unit_warnings, k));
         }
         SEXP pair = PROTECT(Rf_allocVector(VECSXP, 2));
-        SET_VECTOR_ELT(pair, 0, values);
+        SET_VECTOR_ELT(pair, 0, batch_list(kValues));
         SET_VECTOR_ELT(pair, 1, failures);
         SEXP outcome = outcome_of(pair, R_NilValue, all_warnings);
-        UNPROTECT(6);
+        UNPROTECT(3);
+        R_ReleaseObject(batch_.lists);
+        batch_ = Batch{};
         return outcome;
     }
 
@@ -389,6 +503,30 @@ private:
     std::unordered_map<uint64_t, int> ids_;        // the client's fn_id -> the registry's
     std::unordered_map<uint64_t, SEXP> failures_;  // fn_id -> the error registering it gave (preserved)
     EncodeOptions options_;
+
+    // The task being run, from its start until its outcome is sent.
+    struct Running {
+        bool active = false;
+        messages::TaskHeader task{};
+        int64_t start_ns = 0;
+    };
+    Running running_;
+
+    // The batch being run: where it is, and its lists (the units, then the
+    // values, errors and warnings by unit, then the current unit's values
+    // and warnings), preserved while it runs.
+    struct Batch {
+        bool active = false;
+        int id = 0;
+        bool flat = false, single = false;
+        R_xlen_t units = 0, unit = 0, call = 0, failed = 0, warned = 0;
+        SEXP lists = R_NilValue;
+    };
+    Batch batch_;
+
+    long done_ = 0;            // tasks finished, against max_tasks
+    bool retired_ = false;     // max_tasks done, the notice sent
+    std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
 };
 
 // list(stage 0, text) for a setup error's record: R's traceback, and a
@@ -405,6 +543,12 @@ SEXP setup_failure(SEXP record) {
 }
 
 }  // namespace
+
+SEXP serve_worker(SEXP handle) {
+    if (TYPEOF(handle) != EXTPTRSXP || R_ExternalPtrTag(handle) != worker_tag() || !R_ExternalPtrAddr(handle))
+        throw std::invalid_argument("serve: not the handle of a running R worker");
+    return static_cast<Worker*>(R_ExternalPtrAddr(handle))->serve();
+}
 
 void run_worker(const WorkerOptions& options, SEXP setup) {
     watch_client(options.client_pid);

@@ -27,4 +27,8 @@ struct WorkerOptions {
 // throws for a broken segment, ring or message; calls R only inside r_call.
 void run_worker(const WorkerOptions& options, SEXP setup);
 
+// The body of the .Call each of run_worker's sessions makes: the worker
+// loop, for the worker `handle` points to.
+SEXP serve_worker(SEXP handle);
+
 }  // namespace mizu::r
