@@ -17,6 +17,7 @@ import pytest
 
 import mizu
 from helpers import shm_entries
+from mizu._messages import BATCH, FLAT, SINGLE
 from rsession import r_oracle
 
 INT32_MIN = -(2**31)
@@ -226,6 +227,22 @@ def test_each_call_after_errors_has_its_own_outcome_and_warnings(r):
                 with pytest.raises(mizu.RError, match=f"e{items[first]}$"):
                     next(got)
         assert list(r.map(source, [1, 2, 5, 7, 10], chunksize=2)) == [1, 2, 5, 7, 10]
+
+
+@pytest.mark.parametrize("shape, units, values, failed, warned", [
+    (SINGLE, [[1, 2], [4, 5], [6, 8], [9, 3]], [[1, 2], None, None, [9, 3]], [(1, "e4"), (2, "e8")], [6, 9, 3]),
+    (FLAT | SINGLE, [1, 4, 6, 8, 9], [1, None, 6, None, 9], [(1, "e4"), (3, "e8")], [6, 9]),
+])
+def test_a_batch_runs_every_unit_after_one_fails(r, shape, units, values, failed, warned):
+    """The worker's side of map: a unit ends at its first error, the next ones run, warnings stay with theirs."""
+    source = "function(x) { if (x %% 3 == 0) warning('w', x); if (x %% 4 == 0) stop('e', x); x }"
+    calls = len(units) if shape & FLAT else sum(map(len, units))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, failures = r._pool.submit(BATCH, source, units, shape, calls).result()
+    assert got == values
+    assert [(index, error.message) for index, error in failures] == failed
+    assert [str(w.message) for w in caught] == [f"In FUN({x}L): w{x}" for x in warned]
 
 
 @pytest.mark.parametrize("fn, args, error, match", [

@@ -187,6 +187,7 @@ SEXP registered_call(int id, SEXP args, SEXP kwargs, SEXP* env) {
     if (id < 1 || id > registered)
         throw std::out_of_range("no R function has id " + std::to_string(id) + "; " + std::to_string(registered) +
                                 " are registered");
+    PROTECT(args);
     SEXP entry = VECTOR_ELT(VECTOR_ELT(kept_objects(), kRegistry), id - 1);
     R_xlen_t npositional = Rf_xlength(args), nnamed = Rf_xlength(kwargs);
     SEXP names = Rf_getAttrib(kwargs, R_NamesSymbol);
@@ -199,7 +200,7 @@ SEXP registered_call(int id, SEXP args, SEXP kwargs, SEXP* env) {
         SET_TAG(node, Rf_install(Rf_translateChar(STRING_ELT(names, k))));
     }
     *env = VECTOR_ELT(entry, 1);
-    UNPROTECT(1);
+    UNPROTECT(2);
     return call;
 }
 
@@ -229,11 +230,22 @@ bool run_session(SEXP expression, SEXP env) {
 
 void end_session() { pop_record(kept_objects()); }
 
-SEXP session_call(int id, SEXP args, SEXP kwargs) {
-    SEXP record = current_record();
+namespace {
+
+// A record as a new call finds it. What a call left there would keep its
+// arguments alive (a condition's call holds them) until another call's
+// conditions replaced it.
+void clear_record(SEXP record) {
     SET_VECTOR_ELT(record, kCondition, R_NilValue);
     SET_VECTOR_ELT(record, kCalls, R_NilValue);
+    SET_VECTOR_ELT(record, kWarnings, R_NilValue);
     INTEGER(VECTOR_ELT(record, kWarningCount))[0] = 0;
+}
+
+}  // namespace
+
+SEXP session_call(int id, SEXP args, SEXP kwargs) {
+    clear_record(current_record());
     SEXP env;
     SEXP call = PROTECT(registered_call(id, args, kwargs, &env));
     SEXP value = Rf_eval(call, env);
@@ -242,8 +254,10 @@ SEXP session_call(int id, SEXP args, SEXP kwargs) {
 }
 
 SEXP session_outcome(SEXP value, bool failed) {
-    SEXP k = kept_objects();
-    return outcome_from(k, current_record(), value, failed);
+    SEXP record = current_record();
+    SEXP outcome = outcome_from(kept_objects(), record, value, failed);
+    clear_record(record);
+    return outcome;
 }
 
 void record_error(SEXP condition, SEXP calls) {

@@ -1,8 +1,9 @@
 // Evaluating R code for a task so that whatever it does comes back as a
 // value: its result, or a record of its error, with the warnings it raised.
 //
-// Each evaluation runs under R_tryEvalSilent, whose top-level context stops
-// every R error and interrupt, inside withCallingHandlers: its handlers
+// Each evaluation (eval_safely's, or a session's: below) runs under
+// R_tryEvalSilent, whose top-level context stops every R error and
+// interrupt, inside withCallingHandlers: its handlers
 // record the condition and the calls at it, muffle warnings after
 // recording them, and leave the call at the first error condition, as
 // tryCatch would, whether stop(), signalCondition() or compiled code raised

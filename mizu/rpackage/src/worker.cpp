@@ -4,8 +4,9 @@
 // them.
 //
 // The loop's frame holds C++ objects (the segment, rings, buffers), so
-// every R call below it runs inside r_call (unwind.hpp), and values it
-// keeps across R calls are on R's PROTECT stack.
+// every R call below it runs inside r_call (unwind.hpp) or, for the
+// sessions the tasks run in (evaluate.hpp), under R_tryEvalSilent, which
+// no jump leaves; values it keeps across R calls are on R's PROTECT stack.
 #include "worker.hpp"
 
 #include <atomic>
@@ -77,6 +78,20 @@ void watch_client(pid_t client) {
     }).detach();
 }
 
+// Runs f(), then UNPROTECTs n, whether f returns or throws: what a frame
+// protected for f comes off R's stack also when a C++ exception (the
+// client gone, say) passes on to a .Call that returns normally.
+template <class F>
+void then_unprotect(int n, F&& f) {
+    try {
+        f();
+    } catch (...) {
+        UNPROTECT(n);
+        throw;
+    }
+    UNPROTECT(n);
+}
+
 class Worker {
 public:
     Worker(const WorkerOptions& o, Rings rings)
@@ -104,21 +119,22 @@ public:
             UNPROTECT(2);
             return wrapped;
         }));
-        for (bool returned = false; !returned;) {
-            r_call([] {
-                begin_session();
-                return R_NilValue;
-            });
-            returned = run_session(expression, ns);
-            try {
-                if (!returned) fail_running();
-            } catch (...) {
+        then_unprotect(2, [&] {
+            for (bool returned = false; !returned;) {
+                r_call([] {
+                    begin_session();
+                    return R_NilValue;
+                });
+                returned = run_session(expression, ns);
+                try {
+                    if (!returned) fail_running();
+                } catch (...) {
+                    end_session();
+                    throw;
+                }
                 end_session();
-                throw;
             }
-            end_session();
-        }
-        UNPROTECT(2);
+        });
         if (stopped_) std::rethrow_exception(stopped_);
     }
 
@@ -143,8 +159,7 @@ public:
     // list(stage, traceback text)).
     void send_notice(Status status, SEXP body) {
         PROTECT(body);
-        push_result(messages::result_header(uint16_t(o_.index), 0, status, 0.0), body);
-        UNPROTECT(1);
+        then_unprotect(1, [&] { push_result(messages::result_header(uint16_t(o_.index), 0, status, 0.0), body); });
     }
 
 private:
@@ -195,10 +210,11 @@ private:
         PROTECT(callable);
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
         running_.start_ns = now_ns();
-        finish_running(r_call([&] {
-            return refused.empty() ? run_call(m.task, value) : refusal(kRefused, refused.c_str());
-        }));
-        UNPROTECT(2);
+        then_unprotect(2, [&] {
+            finish_running(r_call([&] {
+                return refused.empty() ? run_call(m.task, value) : refusal(kRefused, refused.c_str());
+            }));
+        });
     }
 
     // Sends the outcome of the running task, and retires the worker if it
@@ -210,18 +226,20 @@ private:
         double seconds = double(now_ns() - running_.start_ns) * 1e-9;
         Status status = VECTOR_ELT(outcome, 1) == R_NilValue ? Status::ok : Status::raised;
         std::string unreadable;
-        try {
-            push_result(messages::result_header(uint16_t(o_.index), task.task_id, status, seconds), outcome);
-        } catch (const std::invalid_argument& e) {
-            // A value Python cannot read fails its task, not the worker.
-            unreadable = e.what();
-        }
+        then_unprotect(1, [&] {
+            try {
+                push_result(messages::result_header(uint16_t(o_.index), task.task_id, status, seconds), outcome);
+            } catch (const std::invalid_argument& e) {
+                // A value Python cannot read fails its task, not the worker.
+                unreadable = e.what();
+            }
+        });
         if (!unreadable.empty()) {
             SEXP error = PROTECT(r_call([&] { return refusal(kUnreadable, unreadable.c_str()); }));
-            push_result(messages::result_header(uint16_t(o_.index), task.task_id, Status::raised, seconds), error);
-            UNPROTECT(1);
+            then_unprotect(1, [&] {
+                push_result(messages::result_header(uint16_t(o_.index), task.task_id, Status::raised, seconds), error);
+            });
         }
-        UNPROTECT(1);
         if (o_.max_tasks > 0 && ++done_ >= o_.max_tasks) {
             send_notice(Status::retiring, R_NilValue);
             retired_ = true;
@@ -232,6 +250,12 @@ private:
     // In a batch, that unit fails and the next session runs the rest.
     void fail_running() {
         if (!running_.active) throw std::runtime_error("an R error struck the R worker between tasks");
+        if (batch_.active && batch_.unit >= batch_.units) {
+            // It struck after the batch's calls, making its outcome: the
+            // whole task fails.
+            R_ReleaseObject(batch_.lists);
+            batch_ = Batch{};
+        }
         if (!batch_.active) {
             finish_running(r_call([] { return session_outcome(R_NilValue, true); }));
             return;
@@ -557,8 +581,7 @@ void run_worker(const WorkerOptions& options, SEXP setup) {
         SEXP outcome = PROTECT(r_call([&] { return eval_safely(setup, R_GlobalEnv); }));
         if (VECTOR_ELT(outcome, 1) != R_NilValue) {
             SEXP notice = PROTECT(r_call([&] { return setup_failure(VECTOR_ELT(outcome, 1)); }));
-            worker.send_notice(Status::exiting, notice);
-            UNPROTECT(2);
+            then_unprotect(2, [&] { worker.send_notice(Status::exiting, notice); });
             return;
         }
         UNPROTECT(1);

@@ -24,7 +24,8 @@ struct WorkerOptions {
 // then answers tasks until the client closes the ring or exits, or
 // max_tasks are done. An error in setup is sent to the client as the
 // worker's last notice, and the loop does not start. Throws what the core
-// throws for a broken segment, ring or message; calls R only inside r_call.
+// throws for a broken segment, ring or message; calls R only inside r_call
+// or R_tryEvalSilent.
 void run_worker(const WorkerOptions& options, SEXP setup);
 
 // The body of the .Call each of run_worker's sessions makes: the worker
