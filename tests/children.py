@@ -598,6 +598,11 @@ def client_forks(kind, how, gate):
         if pid == 0:
             os.close(reader)
             _forked_child(kind, ex, blocked, writer)
+            if kind == "stdlib":
+                # Its copy of the parent's pool can deadlock its exit: the
+                # pool's weakref callback takes a lock a parent thread held
+                # at the fork (seen on 3.10).
+                os._exit(0)
             # multiprocessing's exit handler would join the parent's children
             # (its workers, with fork), which fails in any os.fork child.
             multiprocessing.process._children.clear()

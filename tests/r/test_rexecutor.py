@@ -324,7 +324,7 @@ def test_futures_work_with_wait_as_completed_callbacks_and_asyncio(r):
 
 def test_map_timeout_raises_timeouterror(r):
     results = r.map("function(s) { Sys.sleep(s); s }", [1.0], timeout=0.1)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(cf.TimeoutError):   # the builtin TimeoutError from 3.11
         next(results)
 
 
