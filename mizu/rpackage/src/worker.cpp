@@ -11,6 +11,9 @@
 
 #include <atomic>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -37,6 +40,34 @@ using messages::Status;
 // An idle worker wakes this often to see that its client lives; a thread
 // of its own ends it sooner when the client dies during a long task.
 constexpr int64_t kIdleSliceNs = 250000000;
+
+// R allocates each vector of more than a few elements with malloc, and a
+// task's large results and temporaries are freed at its next collections.
+// glibc's defaults give such blocks back to the system at once (an mmap
+// each, or a trim of the heap's top), so the next task's vectors of the
+// same size fault in every page again: for x * 2 of 1e6 doubles, 2,000
+// faults and most of the task's time. A worker keeps what R frees, up to
+// these sizes, while tasks keep coming, and gives it back (malloc_trim)
+// once it has waited a whole slice for the next.
+constexpr int kHeapBlockMax = 32 << 20;  // larger blocks are mmapped, unmapped when freed
+constexpr int kHeapKeepMax = 256 << 20;  // a free heap top beyond this is trimmed at once
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, kHeapBlockMax);
+    mallopt(M_TRIM_THRESHOLD, kHeapKeepMax);
+#endif
+}
+
+// A SliceHook: gives the memory kept since the last trim back once.
+bool give_back_memory(void* kept) {
+    auto* pending = static_cast<bool*>(kept);
+#if defined(__GLIBC__)
+    if (*pending) malloc_trim(0);
+#endif
+    *pending = false;
+    return true;
+}
 
 // The client closed the result ring, or exited: the worker's work is over.
 struct ClientGone {};
@@ -168,6 +199,7 @@ private:
             Reservation res;
             WaitOptions opt;
             opt.peer = &client_;
+            opt.hook = SliceHook{give_back_memory, &memory_kept_};
             WaitStatus st = rings_.tasks.wait_pop(res, task_waiter_, opt);
             if (st == WaitStatus::closed || st == WaitStatus::peer_died) return false;
             if (st != WaitStatus::ready) continue;
@@ -179,6 +211,7 @@ private:
             else
                 out.assign(data, size);
             rings_.tasks.end_pop(res);
+            memory_kept_ = true;
             if (whole) return true;
         }
     }
@@ -548,6 +581,7 @@ private:
     };
     Batch batch_;
 
+    bool memory_kept_ = false;  // tasks ran since the last give_back_memory
     long done_ = 0;            // tasks finished, against max_tasks
     bool retired_ = false;     // max_tasks done, the notice sent
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
@@ -576,6 +610,7 @@ SEXP serve_worker(SEXP handle) {
 
 void run_worker(const WorkerOptions& options, SEXP setup) {
     watch_client(options.client_pid);
+    keep_freed_memory();
     Worker worker(options, attach_rings(options));
     if (setup != R_NilValue) {
         SEXP outcome = PROTECT(r_call([&] { return eval_safely(setup, R_GlobalEnv); }));
