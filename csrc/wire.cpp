@@ -224,17 +224,24 @@ FrameHeader Reader::begin_frame() {
     need(12, "a frame header");
     FrameHeader f{detail::load<uint32_t>(data_ + pos_), detail::load<uint64_t>(data_ + pos_ + 4)};
     pos_ += 12;
+    // The row names take at least a tag, and each column a key and a tag.
+    if (pos_ == size_) short_of(1, "a frame's row names");
     check_count(f.ncols, 9, at);
     enter();
     return f;
 }
 
-void Reader::column(ArrayHeader& a, uint64_t nrows) {
+Typed Reader::begin_typed() {
     std::size_t at = pos_;
-    if (tag() != Tag::ndarray) fail(at, "a frame column must be an ndarray");
-    array(a);
-    if (a.ndim != 1 || a.shape[0] != nrows)
-        fail(at, "a frame column must be one-dimensional with the frame's " + std::to_string(nrows) + " rows");
+    switch (Typed k = Typed(byte("a typed vector's kind"))) {
+    case Typed::factor: case Typed::ordered: case Typed::strings: case Typed::datetime: case Typed::date:
+    case Typed::timedelta:
+        // Every part takes at least its tag.
+        check_count(typed_parts(k), 1, pos_);
+        enter();
+        return k;
+    }
+    fail(at, "unknown typed vector kind " + std::to_string(uint8_t(data_[at])));
 }
 
 PickleBlob Reader::pickle() {

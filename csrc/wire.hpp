@@ -39,7 +39,27 @@ enum class Tag : uint8_t {
     frame = 'D',
     pickle = 'P',
     masked = 'M',
+    typed = 'K',
 };
+
+// What a typed vector (Tag::typed) holds, and the values that follow its
+// kind byte (doc/dev/wire.rst).
+enum class Typed : uint8_t {
+    factor = 'c',     // levels (a list of str), codes (an int32 array, 0-based, -1 missing)
+    ordered = 'o',    // as factor, the levels in order
+    strings = 's',    // a list of str and None (missing)
+    datetime = 't',   // zone (str, empty for none), ticks per second (int), an int64 array
+    date = 'd',       // an int64 array of days since 1970-01-01
+    timedelta = 'e',  // ticks per second (int), an int64 array
+};
+
+// How many values follow a typed vector's kind byte.
+constexpr uint32_t typed_parts(Typed k) noexcept {
+    return k == Typed::factor || k == Typed::ordered ? 2 : k == Typed::datetime ? 3 : k == Typed::timedelta ? 2 : 1;
+}
+
+// The missing element of a typed vector's int64 array, numpy's NaT.
+constexpr int64_t kMissingTime = INT64_MIN;
 
 enum class Storage : uint8_t { inline_data = 0, arena = 1 };
 
@@ -170,7 +190,14 @@ public:
     // its mask: a "|b1" array of the values' shape, nonzero where an
     // element is missing.
     void begin_masked() { put_tag(Tag::masked); }
-    // Then ncols pairs of put_key and a one-dimensional put_array.
+    // Then the typed_parts(k) values of a typed vector.
+    void begin_typed(Typed k) {
+        char* p = grow(2);
+        p[0] = char(Tag::typed);
+        p[1] = char(k);
+    }
+    // Then the row names (None, or a vector of nrows), and ncols pairs of
+    // put_key and a column: a vector of nrows elements.
     void begin_frame(uint32_t ncols, uint64_t nrows) {
         put_count(Tag::frame, ncols);
         detail::store(grow(8), nrows);
@@ -218,8 +245,10 @@ private:
 // Reads one message. After tag() the caller reads that tag's body with the
 // matching call: int64(), float64(), str(), bytes(), begin() ... end() for
 // tuple, list and dict (key() before each dict value), array(), begin_frame()
-// ... end() (key() and column() per column), pickle(). finish() checks that
-// the message ends there.
+// ... end() (the row names, then key() and a value per column),
+// begin_typed() ... end() (typed_parts values), pickle(). finish() checks
+// that the message ends there. Frames' and typed vectors' parts are read
+// as values: their readers check their shapes.
 class Reader {
 public:
     // Checks the magic byte and the version.
@@ -237,7 +266,7 @@ public:
         switch (Tag(t)) {
         case Tag::none: case Tag::false_: case Tag::true_: case Tag::int64: case Tag::float64:
         case Tag::str: case Tag::bytes: case Tag::tuple: case Tag::list: case Tag::dict:
-        case Tag::ndarray: case Tag::frame: case Tag::pickle: case Tag::masked:
+        case Tag::ndarray: case Tag::frame: case Tag::pickle: case Tag::masked: case Tag::typed:
             ++pos_;
             return Tag(t);
         }
@@ -269,8 +298,8 @@ public:
     // After Tag::masked: the values, then their mask.
     void masked(ArrayHeader& values, ArrayHeader& mask);
     FrameHeader begin_frame();
-    // One column of a frame: an array value of nrows elements in one dimension.
-    void column(ArrayHeader& a, uint64_t nrows);
+    // After Tag::typed: its kind, one level deeper.
+    Typed begin_typed();
     PickleBlob pickle();
     void finish() const {
         if (pos_ != size_) trailing();
@@ -330,8 +359,10 @@ private:
 // Reads one value with r and hands it to v, depth first: v.none(),
 // v.boolean(b), v.int64(i), v.float64(d), v.str(span), v.bytes(span),
 // v.begin(tag, count) ... v.end(tag) around the items of a tuple, list, dict
-// or frame (v.key(span) before each dict value and frame column),
-// v.array(header), v.masked(values, mask), v.pickle(blob).
+// or frame (the frame's row names first, then v.key(span) before each dict
+// value and frame column), v.typed(kind) ... v.end(Tag::typed) around a
+// typed vector's parts, v.array(header), v.masked(values, mask),
+// v.pickle(blob).
 template <class Visitor>
 void read_value(Reader& r, Visitor& v) {
     Tag t = r.tag();
@@ -365,12 +396,19 @@ void read_value(Reader& r, Visitor& v) {
     case Tag::frame: {
         FrameHeader f = r.begin_frame();
         v.begin(t, f.ncols);
+        read_value(r, v);
         for (uint32_t i = 0; i < f.ncols; ++i) {
             v.key(r.key());
-            ArrayHeader a;
-            r.column(a, f.nrows);
-            v.array(a);
+            read_value(r, v);
         }
+        r.end();
+        v.end(t);
+        return;
+    }
+    case Tag::typed: {
+        Typed k = r.begin_typed();
+        v.typed(k);
+        for (uint32_t i = 0; i < typed_parts(k); ++i) read_value(r, v);
         r.end();
         v.end(t);
         return;

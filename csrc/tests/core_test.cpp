@@ -713,6 +713,7 @@ struct Render {
     void bytes(wire::Span s) { out += "b'" + std::string(s.data, s.size) + "' "; }
     void key(wire::Span s) { out += std::string(s.data, s.size) + ": "; }
     void begin(wire::Tag t, uint32_t n) { out += char(t) + std::to_string(n) + "( "; }
+    void typed(wire::Typed k) { out += std::string("K") + char(k) + "( "; }
     void end(wire::Tag) { out += ") "; }
     void array(const wire::ArrayHeader& a) {
         out += std::string("a") + a.typestr + "[";
@@ -776,7 +777,13 @@ std::string sample_message() {
     w.put_pickle("pk", 2);
     w.put_key("", 0);
     w.put_array(array_2x3("abcdef"));
-    w.begin_frame(1, 2);
+    w.begin_frame(2, 2);
+    w.put_none();
+    w.put_key("s", 1);
+    w.begin_typed(wire::Typed::strings);
+    w.begin_list(2);
+    w.put_str("x", 1);
+    w.put_none();
     w.put_key("c", 1);
     wire::ArrayHeader col{};
     std::strcpy(col.typestr, "<f8");
@@ -794,7 +801,7 @@ void wire_round_trips() {
     std::string msg = sample_message();
     CHECK(uint8_t(msg[0]) == wire::kMagic && msg[1] == wire::kVersion);
     CHECK(render(msg) == "t9( None True -9223372036854775808 -0.5 'h\xc3\xa9' b'" + std::string("\0x", 2) +
-                             "' l0( ) m2( k: Ppk : a|u1[2/3,3/1,]=abcdef ) D1( c: a<f8[2/8,]@7:16 ) ) ");
+                             "' l0( ) m2( k: Ppk : a|u1[2/3,3/1,]=abcdef ) D2( None s: Ks( l2( 'x' None ) ) c: a<f8[2/8,]@7:16 ) ) ");
     // Growing past the writer's inline buffer keeps what was written.
     wire::Writer w;
     w.begin_message();

@@ -21,6 +21,7 @@ struct Touch {
     void bytes(mizu::wire::Span s) { span(s); }
     void key(mizu::wire::Span s) { span(s); }
     void begin(mizu::wire::Tag, uint32_t n) { sum += n; }
+    void typed(mizu::wire::Typed k) { sum += uint8_t(k); }
     void end(mizu::wire::Tag) {}
     void array(const mizu::wire::ArrayHeader& a) {
         if (a.storage == mizu::wire::Storage::inline_data) span(a.data);

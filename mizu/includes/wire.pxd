@@ -20,6 +20,17 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         frame
         pickle
         masked
+        typed
+
+    cdef enum class Typed(uint8_t):
+        factor
+        ordered
+        strings
+        datetime
+        date
+        timedelta
+
+    uint32_t typed_parts(Typed k)
 
     cdef enum class Storage(uint8_t):
         inline_data
@@ -72,6 +83,7 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         void put_array(const ArrayHeader& a) except +raise_py_error
         void begin_frame(uint32_t ncols, uint64_t nrows) except +raise_py_error
         void begin_masked() except +raise_py_error
+        void begin_typed(Typed k) except +raise_py_error
         void put_pickle(const char* s, uint64_t n) except +raise_py_error
 
     cdef cppclass Reader:
@@ -89,6 +101,6 @@ cdef extern from "wire.hpp" namespace "mizu::wire" nogil:
         void array(ArrayHeader& a) except +raise_py_error
         void masked(ArrayHeader& values, ArrayHeader& mask) except +raise_py_error
         FrameHeader begin_frame() except +raise_py_error
-        void column(ArrayHeader& a, uint64_t nrows) except +raise_py_error
+        Typed begin_typed() except +raise_py_error
         PickleBlob pickle() except +raise_py_error
         void finish() except +raise_py_error
