@@ -20,11 +20,12 @@ from cpython.long cimport PyLong_FromLongLong
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport UINT32_MAX, int64_t, uint32_t, uint64_t
+from libc.stdint cimport UINT32_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from mizu.includes.wire cimport (
-    ArrayHeader, PickleBlob, Reader, Span, Storage, Tag, Writer, kMaxDepth, kMaxDims,
+    ArrayHeader, FrameHeader, PickleBlob, Reader, Span, Storage, Tag, Typed, Writer, kMaxDepth, kMaxDims,
+    typed_parts,
 )
 
 import sys
@@ -154,15 +155,17 @@ cpdef object decode(object data, object buffers=None):
     -------
     object
         The value. Inline arrays are new, writable copies; arena arrays are
-        views of their buffers; masked arrays are `numpy.ma.MaskedArray`.
+        views of their buffers; masked arrays are `numpy.ma.MaskedArray`;
+        data frames are `pandas.DataFrame`.
 
     Raises
     ------
     ValueError
         The message is malformed (the text names the byte offset), holds a
         pickle that does not load (the pickle's error is the cause), a data
-        frame, which this decoder does not build, or an arena array that
-        names no buffer, or more bytes than its buffer holds.
+        frame or typed vector that pandas cannot make (or a data frame
+        without pandas installed), or an arena array that names no buffer,
+        or more bytes than its buffer holds.
     """
     cdef Py_buffer view
     if PyBytes_CheckExact(data):
@@ -206,7 +209,51 @@ cdef class Peer:
             w.begin_masked()
             self.put_array(w, obj.filled(0))
             return self.put_array(w, ma.getmaskarray(obj))
+        pandas = sys.modules.get("pandas")
+        if pandas is not None and isinstance(obj, pandas.DataFrame):
+            return self.put_frame(w, obj, depth)
+        if pandas is not None and isinstance(obj, pandas.Series):
+            from mizu._frames import column_part
+            return self.put_part(w, column_part(obj), depth)
         return self.refuse(obj)
+
+    cdef int put_frame(self, Writer& w, object df, int depth) except -1:
+        cdef const char* text
+        cdef Py_ssize_t n
+        if depth >= kMaxDepth - 2:
+            raise ValueError(f"a DataFrame nested more than {kMaxDepth - 2} containers deep has no form in "
+                             f"{self.language}")
+        from mizu._frames import frame_parts
+        nrows, row_names, columns = frame_parts(df)
+        if len(columns) > UINT32_MAX:
+            raise ValueError(f"a DataFrame of {len(columns)} columns exceeds the wire's 2^32 - 1")
+        w.begin_frame(<uint32_t>len(columns), <uint64_t>nrows)
+        if row_names is None:
+            w.put_none()
+        else:
+            self.put_part(w, row_names, depth + 1)
+        for name, part in columns:
+            text = _utf8(name, &n)
+            if text == NULL:
+                raise ValueError(f"the column name {name!r} holds lone surrogates, which have no UTF-8 form")
+            w.put_key(text, n)
+            self.put_part(w, part, depth + 1)
+        return 0
+
+    cdef int put_part(self, Writer& w, tuple part, int depth) except -1:
+        """A part as mizu._frames describes it: an array, a masked array or a typed vector."""
+        form = part[0]
+        if form == "a":
+            return self.put_array(w, part[1])
+        if form == "M":
+            w.begin_masked()
+            self.put_array(w, part[1])
+            return self.put_array(w, part[2])
+        w.begin_typed(<Typed>ord(part[1]))
+        for item in part[2]:
+            if _put(w, item, depth + 1, NULL, self):
+                raise ValueError(f"a typed vector's part nests too deep for {self.language}")
+        return 0
 
     cdef int put_array(self, Writer& w, object a) except -1:
         """An array in the arena when it lies there already or is large (copied once), else inline."""
@@ -540,7 +587,43 @@ cdef object _other_value(Reader& r, Tag t, object buffers):
         return _masked(r, buffers)
     if t == Tag.pickle:
         return _pickled(r)
-    raise ValueError(f"wire message at byte {r.offset() - 1}: a data frame, which Python does not decode yet")
+    if t == Tag.typed:
+        return _typed(r, buffers)
+    return _frame(r, buffers)
+
+
+cdef object _typed(Reader& r, object buffers):
+    cdef size_t at = r.offset() - 1
+    cdef Typed kind = r.begin_typed()
+    cdef uint32_t i
+    items = [_value(r, buffers) for i in range(typed_parts(kind))]
+    r.end()
+    from mizu._frames import typed_from_wire
+    try:
+        return typed_from_wire(chr(<uint8_t>kind), items)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"wire message at byte {at}: a typed vector of kind {chr(<uint8_t>kind)!r} ({exc})") from exc
+
+
+cdef object _frame(Reader& r, object buffers):
+    cdef size_t at = r.offset() - 1
+    cdef FrameHeader f = r.begin_frame()
+    cdef uint32_t i
+    cdef Span s
+    row_names = _value(r, buffers)
+    names, columns = [], []
+    for i in range(f.ncols):
+        s = r.key()
+        names.append(PyUnicode_DecodeUTF8(s.data, <Py_ssize_t>s.size, NULL))
+        columns.append(_value(r, buffers))
+    r.end()
+    from mizu._frames import frame_from_wire
+    try:
+        return frame_from_wire(f.nrows, row_names, names, columns)
+    except ImportError as exc:
+        raise ValueError(f"wire message at byte {at}: a data frame, which needs pandas: pip install pandas") from exc
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"wire message at byte {at}: a data frame ({exc})") from exc
 
 
 cdef object _sequence(Reader& r, bint is_tuple, object buffers):
