@@ -256,6 +256,30 @@ void set_dims(SEXP x, const ArrayHeader& a) {
     UNPROTECT(1);
 }
 
+// Whether bit64 can be loaded, which gives int64 columns R's integer64
+// class; asked once. R_tryEvalSilent stops any error a load raises.
+bool have_bit64() {
+    static int known = -1;
+    if (known < 0) {
+        SEXP name = PROTECT(Rf_mkString("bit64")), quietly = PROTECT(Rf_ScalarLogical(TRUE));
+        SEXP call = PROTECT(Rf_lang3(Rf_install("requireNamespace"), name, quietly));
+        SET_TAG(CDDR(call), Rf_install("quietly"));
+        int failed = 0;
+        SEXP found = R_tryEvalSilent(call, R_BaseEnv, &failed);
+        known = !failed && TYPEOF(found) == LGLSXP && XLENGTH(found) == 1 && LOGICAL(found)[0] == TRUE;
+        UNPROTECT(3);
+    }
+    return known == 1;
+}
+
+void set_class(SEXP x, const char* first, const char* second = nullptr) {
+    SEXP cls = PROTECT(Rf_allocVector(STRSXP, second ? 2 : 1));
+    SET_STRING_ELT(cls, 0, Rf_mkChar(first));
+    if (second) SET_STRING_ELT(cls, 1, Rf_mkChar(second));
+    Rf_setAttrib(x, R_ClassSymbol, cls);
+    UNPROTECT(1);
+}
+
 class FromWire {
 public:
     FromWire(Reader& r, BlockResolver& resolver) noexcept : r_(r), resolver_(resolver) {}
@@ -294,6 +318,7 @@ public:
         }
         case Tag::frame: frame(parent, i); return;
         case Tag::masked: masked(parent, i); return;
+        case Tag::typed: typed(parent, i); return;
         case Tag::pickle:
             throw std::invalid_argument("the value holds a pickled Python object (at byte " +
                                         std::to_string(r_.offset() - 1) +
@@ -323,29 +348,181 @@ private:
         r_.end();
     }
 
-    // A data.frame: a list of its columns, with compact row names.
+    // A data.frame: a list of its columns, its row names compact unless
+    // the frame names its rows.
     void frame(SEXP parent, R_xlen_t i) {
+        std::size_t at = r_.offset() - 1;
         wire::FrameHeader f = r_.begin_frame();
         if (f.nrows > uint64_t(INT_MAX))
             throw std::invalid_argument("a data frame of " + std::to_string(f.nrows) +
                                         " rows exceeds R's data.frame, which numbers rows with int");
         SEXP out = Rf_allocVector(VECSXP, f.ncols);
         SET_VECTOR_ELT(parent, i, out);
+        SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
+        value(holder, 0);
+        SEXP row_names = VECTOR_ELT(holder, 0);
+        if (row_names == R_NilValue) {
+            row_names = Rf_allocVector(INTSXP, 2);
+            SET_VECTOR_ELT(holder, 0, row_names);
+            INTEGER(row_names)[0] = NA_INTEGER;
+            INTEGER(row_names)[1] = -int(f.nrows);
+        } else if ((TYPEOF(row_names) != INTSXP && TYPEOF(row_names) != STRSXP) ||
+                   XLENGTH(row_names) != R_xlen_t(f.nrows)) {
+            throw std::invalid_argument("the row names of a data frame at byte " + std::to_string(at) +
+                                        " are not " + std::to_string(f.nrows) + " int32 or str");
+        }
         SEXP names = install_names(out, f.ncols);
         for (uint32_t k = 0; k < f.ncols; ++k) {
             SET_STRING_ELT(names, k, utf8_char(r_.key()));
-            ArrayHeader a;
-            r_.column(a, f.nrows);
-            array(a, out, k);
+            column_ = true;
+            value(out, k);
+            column_ = false;
+            SEXP c = VECTOR_ELT(out, k);
+            if (!Rf_isVectorAtomic(c) || XLENGTH(c) != R_xlen_t(f.nrows) || Rf_getAttrib(c, R_DimSymbol) != R_NilValue)
+                throw std::invalid_argument("column " + std::to_string(k + 1) + " of a data frame at byte " +
+                                            std::to_string(at) + " is not a vector of its " +
+                                            std::to_string(f.nrows) + " rows");
         }
         r_.end();
-        SEXP row_names = PROTECT(Rf_allocVector(INTSXP, 2));
-        INTEGER(row_names)[0] = NA_INTEGER;
-        INTEGER(row_names)[1] = -int(f.nrows);
         Rf_setAttrib(out, R_RowNamesSymbol, row_names);
-        SEXP cls = PROTECT(Rf_mkString("data.frame"));
-        Rf_setAttrib(out, R_ClassSymbol, cls);
-        UNPROTECT(2);
+        set_class(out, "data.frame");
+        UNPROTECT(1);
+    }
+
+    // A typed vector (wire::Typed): a factor, character vector, POSIXct,
+    // Date or difftime.
+    void typed(SEXP parent, R_xlen_t i) {
+        std::size_t at = r_.offset() - 1;
+        wire::Typed kind = r_.begin_typed();
+        switch (kind) {
+        case wire::Typed::strings: strings(parent, i); break;
+        case wire::Typed::factor:
+        case wire::Typed::ordered: factor(parent, i, kind == wire::Typed::ordered, at); break;
+        case wire::Typed::datetime: {
+            std::string zone = text_part(at);
+            int64_t ticks = ticks_part(at);
+            times(parent, i, at, double(ticks));
+            SEXP out = VECTOR_ELT(parent, i);
+            set_class(out, "POSIXct", "POSIXt");
+            if (!zone.empty()) {
+                SEXP tz = PROTECT(Rf_mkString(zone.c_str()));
+                Rf_setAttrib(out, Rf_install("tzone"), tz);
+                UNPROTECT(1);
+            }
+            break;
+        }
+        case wire::Typed::date:
+            times(parent, i, at, 1.0);
+            set_class(VECTOR_ELT(parent, i), "Date");
+            break;
+        case wire::Typed::timedelta: {
+            int64_t ticks = ticks_part(at);
+            times(parent, i, at, double(ticks));
+            SEXP out = VECTOR_ELT(parent, i);
+            set_class(out, "difftime");
+            SEXP units = PROTECT(Rf_mkString("secs"));
+            Rf_setAttrib(out, Rf_install("units"), units);
+            UNPROTECT(1);
+            break;
+        }
+        }
+        r_.end();
+    }
+
+    [[noreturn]] void bad_part(std::size_t at, const char* what) {
+        throw std::invalid_argument(std::string("a typed vector at byte ") + std::to_string(at) + " lacks " + what);
+    }
+
+    std::string text_part(std::size_t at) {
+        if (r_.tag() != Tag::str) bad_part(at, "its zone, a str");
+        Span s = r_.str();
+        return std::string(s.data, s.size);
+    }
+
+    int64_t ticks_part(std::size_t at) {
+        if (r_.tag() != Tag::int64) bad_part(at, "its ticks per second, an int");
+        int64_t ticks = r_.int64();
+        if (ticks <= 0) bad_part(at, "a positive count of ticks per second");
+        return ticks;
+    }
+
+    // A list of str and None as a character vector, NA where None.
+    void strings(SEXP parent, R_xlen_t i) {
+        std::size_t at = r_.offset();
+        if (r_.tag() != Tag::list) bad_part(at, "its strings, a list");
+        uint32_t n = r_.begin(Tag::list);
+        SEXP out = Rf_allocVector(STRSXP, n);
+        SET_VECTOR_ELT(parent, i, out);
+        for (uint32_t k = 0; k < n; ++k) {
+            Tag t = r_.tag();
+            if (t == Tag::str)
+                SET_STRING_ELT(out, k, utf8_char(r_.str()));
+            else if (t == Tag::none)
+                SET_STRING_ELT(out, k, NA_STRING);
+            else
+                bad_part(at, "strings: its list holds something other than str and None");
+        }
+        r_.end();
+    }
+
+    // Levels, then 0-based int32 codes, -1 where missing.
+    void factor(SEXP parent, R_xlen_t i, bool ordered, std::size_t at) {
+        SEXP holder = PROTECT(Rf_allocVector(VECSXP, 2));
+        strings(holder, 0);
+        if (r_.tag() != Tag::ndarray) bad_part(at, "its codes, an int32 array");
+        ArrayHeader a;
+        r_.array(a);
+        if (std::strcmp(a.typestr + 1, "i4") != 0 || a.ndim != 1) bad_part(at, "its codes, a one-dimensional int32 array");
+        array(a, holder, 1, false);
+        SEXP levels = VECTOR_ELT(holder, 0), codes = VECTOR_ELT(holder, 1);
+        int nlevels = int(XLENGTH(levels));
+        int* code = INTEGER(codes);
+        for (R_xlen_t k = 0, n = XLENGTH(codes); k < n; ++k) {
+            if (code[k] < -1 || code[k] >= nlevels)
+                throw std::invalid_argument("a factor at byte " + std::to_string(at) + " holds the code " +
+                                            std::to_string(code[k]) + " of its " + std::to_string(nlevels) +
+                                            " levels");
+            code[k] = code[k] < 0 ? NA_INTEGER : code[k] + 1;
+        }
+        Rf_setAttrib(codes, R_LevelsSymbol, levels);
+        if (ordered)
+            set_class(codes, "ordered", "factor");
+        else
+            set_class(codes, "factor");
+        SET_VECTOR_ELT(parent, i, codes);
+        UNPROTECT(1);
+    }
+
+    // An int64 array of ticks as doubles of ticks / per, NA where missing.
+    void times(SEXP parent, R_xlen_t i, std::size_t at, double per) {
+        if (r_.tag() != Tag::ndarray) bad_part(at, "its times, an int64 array");
+        ArrayHeader a;
+        r_.array(a);
+        if (a.typestr[1] != 'i' || a.itemsize != 8 || a.ndim != 1) bad_part(at, "its times, a one-dimensional int64 array");
+        R_xlen_t n = element_count(a);
+        SEXP out = Rf_allocVector(REALSXP, n);
+        SET_VECTOR_ELT(parent, i, out);
+        bool swap = (a.typestr[0] == '<') != kLittleEndian;
+        double* dst = REAL(out);
+        with_data(a, [&](const char* src) {
+            for (R_xlen_t k = 0; k < n; ++k) {
+                int64_t v = load<int64_t>(src + k * a.strides[0], swap);
+                dst[k] = v == wire::kMissingTime ? NA_REAL : double(v) / per;
+            }
+        });
+    }
+
+    // Calls use(bytes) with the array's bytes, inline or in its block; use
+    // must not call R.
+    template <class Use>
+    void with_data(const ArrayHeader& a, Use use) {
+        if (a.storage == wire::Storage::inline_data) {
+            use(a.data.data);
+            return;
+        }
+        BlockSource source = resolver_.resolve(a.buffer, a.extent);
+        BlockHold hold(source.block, source.fd);
+        use(hold.shared_data() + source.start);
     }
 
     // An array with missing elements: a vector of its own (never a view,
@@ -354,6 +531,7 @@ private:
     void masked(SEXP parent, R_xlen_t i) {
         ArrayHeader values, mask;
         r_.masked(values, mask);
+        bool integer64 = integer64_column(values);
         array(values, parent, i, false);
         SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
         array(mask, holder, 0, false);
@@ -370,8 +548,14 @@ private:
                 if (missing[k]) LOGICAL(out)[k] = NA_LOGICAL;
             break;
         case REALSXP:
-            for (R_xlen_t k = 0; k < n; ++k)
-                if (missing[k]) REAL(out)[k] = NA_REAL;
+            if (integer64) {
+                // bit64's NA_integer64_.
+                for (R_xlen_t k = 0; k < n; ++k)
+                    if (missing[k]) std::memcpy(REAL(out) + k, &wire::kMissingTime, sizeof(double));
+            } else {
+                for (R_xlen_t k = 0; k < n; ++k)
+                    if (missing[k]) REAL(out)[k] = NA_REAL;
+            }
             break;
         case CPLXSXP:
             for (R_xlen_t k = 0; k < n; ++k)
@@ -385,8 +569,16 @@ private:
         UNPROTECT(1);
     }
 
+    // Whether a is an int64 column to be read as bit64's integer64: its
+    // bytes as they are, in a double vector of that class.
+    bool integer64_column(const ArrayHeader& a) {
+        return column_ && a.typestr[1] == 'i' && a.itemsize == 8 && a.ndim == 1 && have_bit64();
+    }
+
     void array(const ArrayHeader& a, SEXP parent, R_xlen_t i, bool may_view = true) {
         ArrayPlan plan = plan_for(a);
+        bool integer64 = integer64_column(a);
+        if (integer64) plan = ArrayPlan{Element::f8, REALSXP, plan.swap, !plan.swap};
         R_xlen_t count = element_count(a);
         if (may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
             uint64_t(count) * a.itemsize > kViewMinBytes) {
@@ -394,12 +586,14 @@ private:
             SET_VECTOR_ELT(parent, i, view);
             fill_view(view, a, count);
             set_dims(view, a);
+            if (integer64) set_class(view, "integer64");
             return;
         }
         SEXP out = Rf_allocVector(plan.type, count);
         SET_VECTOR_ELT(parent, i, out);
         set_dims(out, a);
         void* dst = standard_data(out);
+        if (integer64) set_class(out, "integer64");
         if (a.storage == wire::Storage::inline_data)
             convert_elements(dst, a.data.data, a, plan, count);
         else
@@ -422,6 +616,7 @@ private:
 
     Reader& r_;
     BlockResolver& resolver_;
+    bool column_ = false;  // the value being read is a frame's column
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 // call R; the Writer and the outgoing blocks live in the caller's frame.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -20,6 +21,8 @@ using wire::ArrayHeader;
 constexpr char kNativeOrder = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '<' : '>';
 // Elements read at a time from vectors without a data pointer (ALTREP).
 constexpr R_xlen_t kRegion = 512;
+// Times go to pandas in microseconds: POSIXct's doubles hold no finer.
+constexpr int64_t kTicks = 1000000;
 
 bool has_attributes(SEXP x) {
 #if R_VERSION >= R_Version(4, 5, 0)
@@ -152,8 +155,10 @@ public:
                 atomic(x);
             return;
         case VECSXP:
-            if (Rf_inherits(x, "data.frame"))
-                refuse(x, " yet: data frames come later; return as.list(df) for a dict of its columns");
+            if (Rf_inherits(x, "data.frame")) {
+                frame(x, depth);
+                return;
+            }
             if (Rf_isS4(x)) refuse(x, "");
             list(x, depth);
             return;
@@ -163,6 +168,227 @@ public:
     }
 
 private:
+    // A data.frame (a tibble, a data.table): a frame record, with row names
+    // unless R made them itself.
+    void frame(SEXP x, int depth) {
+        if (depth > wire::kMaxDepth - 2)
+            throw std::invalid_argument("the value nests a data frame more than " +
+                                        std::to_string(wire::kMaxDepth - 2) + " deep, the wire's limit");
+        SEXP info = PROTECT(Rf_lang3(Rf_install(".row_names_info"), x, PROTECT(Rf_ScalarInteger(1))));
+        int rows = Rf_asInteger(PROTECT(Rf_eval(info, R_BaseEnv)));
+        UNPROTECT(3);
+        bool automatic = rows < 0;
+        R_xlen_t nrows = automatic ? -R_xlen_t(rows) : rows, ncols = XLENGTH(x);
+        SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+        w_.begin_frame(count_of(ncols), uint64_t(nrows));
+        if (automatic) {
+            w_.put_none();
+        } else {
+            SEXP row_names = Rf_getAttrib(x, R_RowNamesSymbol);
+            if (TYPEOF(row_names) == STRSXP)
+                typed_strings(row_names);
+            else
+                numbers<int>(row_names, 'i');
+        }
+        for (R_xlen_t k = 0; k < ncols; ++k) {
+            SEXP name = TYPEOF(names) == STRSXP && k < XLENGTH(names) ? STRING_ELT(names, k) : R_BlankString;
+            if (name == NA_STRING)
+                throw std::invalid_argument("column " + std::to_string(k + 1) +
+                                            " of a data frame is named NA; give it a name");
+            with_utf8(name, "a column name", [&](const char* s, std::size_t len) { w_.put_key(s, len); });
+            column(VECTOR_ELT(x, k), k, nrows);
+        }
+    }
+
+    // A column of a data frame: a vector of nrows, never a scalar.
+    void column(SEXP x, R_xlen_t k, R_xlen_t nrows) {
+        if (!Rf_isVectorAtomic(x) || Rf_isS4(x) || XLENGTH(x) != nrows ||
+            Rf_getAttrib(x, R_DimSymbol) != R_NilValue) {
+            std::string what = Rf_getAttrib(x, R_DimSymbol) != R_NilValue ? std::string("a matrix")
+                               : !Rf_isVectorAtomic(x) || Rf_isS4(x)
+                                   ? std::string("of class \"") + class_name(x) + "\""
+                                   : "a vector of " + std::to_string(XLENGTH(x)) + " elements in a frame of " +
+                                         std::to_string(nrows) + " rows";
+            throw std::invalid_argument("column " + std::to_string(k + 1) + " of a data frame is " + what +
+                                        ", which has no form as a pandas column: send atomic vectors, factors, Date, "
+                                        "POSIXct and difftime columns (as.POSIXct() a POSIXlt one)");
+        }
+        switch (TYPEOF(x)) {
+        case STRSXP: typed_strings(x); return;
+        case INTSXP:
+            if (Rf_inherits(x, "factor")) {
+                typed_factor(x);
+                return;
+            }
+            if (Rf_inherits(x, "Date")) {
+                times(x, wire::Typed::date, 1.0);
+                return;
+            }
+            if (has_na_int(x))
+                put_masked_array(x, 'i', 4);
+            else
+                numbers<int>(x, 'i');
+            return;
+        case REALSXP:
+            if (Rf_inherits(x, "Date")) {
+                times(x, wire::Typed::date, 1.0);
+            } else if (Rf_inherits(x, "POSIXct")) {
+                SEXP tz = Rf_getAttrib(x, Rf_install("tzone"));
+                times(x, wire::Typed::datetime, double(kTicks),
+                      TYPEOF(tz) == STRSXP && XLENGTH(tz) > 0 ? STRING_ELT(tz, 0) : R_BlankString);
+            } else if (Rf_inherits(x, "difftime")) {
+                times(x, wire::Typed::timedelta, double(kTicks) * seconds_per_unit(x));
+            } else if (Rf_inherits(x, "integer64")) {
+                integer64(x);
+            } else {
+                doubles(x);
+            }
+            return;
+        case LGLSXP:
+            if (has_na_int(x))
+                put_masked_array(x, 'b', 1);
+            else
+                put_array(x, shape_of(x), 'b', 1, [&](char* dst) { logical_values(x, dst); });
+            return;
+        case CPLXSXP: numbers<Rcomplex>(x, 'c'); return;
+        default: numbers<Rbyte>(x, 'u'); return;
+        }
+    }
+
+    void typed_strings(SEXP x) {
+        w_.begin_typed(wire::Typed::strings);
+        R_xlen_t n = XLENGTH(x);
+        w_.begin_list(count_of(n));
+        for (R_xlen_t k = 0; k < n; ++k) string(STRING_ELT(x, k));
+    }
+
+    // Levels, then 0-based codes, -1 for NA.
+    void typed_factor(SEXP x) {
+        SEXP levels = Rf_getAttrib(x, R_LevelsSymbol);
+        R_xlen_t nlevels = TYPEOF(levels) == STRSXP ? XLENGTH(levels) : 0;
+        w_.begin_typed(Rf_inherits(x, "ordered") ? wire::Typed::ordered : wire::Typed::factor);
+        if (nlevels)
+            typed_levels(levels);
+        else
+            w_.begin_list(0);
+        put_array(x, shape_of(x), 'i', 4, [&](char* dst) {
+            for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
+                int* out = reinterpret_cast<int*>(dst) + first;
+                for (R_xlen_t j = 0; j < count; ++j) {
+                    if (p[j] != NA_INTEGER && (p[j] < 1 || p[j] > nlevels))
+                        throw std::invalid_argument("a factor holds the code " + std::to_string(p[j]) + " beyond its " +
+                                                    std::to_string(nlevels) + " levels");
+                    out[j] = p[j] == NA_INTEGER ? -1 : p[j] - 1;
+                }
+            });
+        });
+    }
+
+    void typed_levels(SEXP levels) {
+        R_xlen_t n = XLENGTH(levels);
+        w_.begin_list(count_of(n));
+        for (R_xlen_t k = 0; k < n; ++k) string(STRING_ELT(levels, k));
+    }
+
+    // A Date, POSIXct or difftime vector as int64 ticks: its values times
+    // scale, rounded, NA (or any other non-finite value) missing.
+    void times(SEXP x, wire::Typed kind, double scale, SEXP zone = R_NilValue) {
+        w_.begin_typed(kind);
+        if (kind == wire::Typed::datetime)
+            with_utf8(zone, "a time zone", [&](const char* s, std::size_t n) { w_.put_str(s, n); });
+        if (kind != wire::Typed::date) w_.put_int64(kTicks);
+        bool whole_days = kind == wire::Typed::date;
+        auto tick = [&](double v) {
+            if (!std::isfinite(v)) return wire::kMissingTime;
+            double t = whole_days ? std::floor(v) : std::nearbyint(v * scale);
+            if (!(t > -9.2e18 && t < 9.2e18))
+                throw std::invalid_argument("a time of " + std::to_string(v) + " lies beyond int64 " +
+                                            (whole_days ? "days" : "microseconds"));
+            return int64_t(t);
+        };
+        put_array(x, shape_of(x), 'i', 8, [&](char* dst) {
+            auto* out = reinterpret_cast<int64_t*>(dst);
+            if (TYPEOF(x) == INTSXP)
+                for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
+                    for (R_xlen_t j = 0; j < count; ++j)
+                        out[first + j] = p[j] == NA_INTEGER ? wire::kMissingTime : tick(double(p[j]));
+                });
+            else
+                for_each_region<double>(x, [&](const double* p, R_xlen_t first, R_xlen_t count) {
+                    for (R_xlen_t j = 0; j < count; ++j) out[first + j] = tick(p[j]);
+                });
+        });
+    }
+
+    // A difftime's units in seconds.
+    static double seconds_per_unit(SEXP x) {
+        SEXP units = Rf_getAttrib(x, Rf_install("units"));
+        const char* u = TYPEOF(units) == STRSXP && XLENGTH(units) > 0 ? CHAR(STRING_ELT(units, 0)) : "secs";
+        static const struct {
+            const char* name;
+            double seconds;
+        } known[] = {{"secs", 1}, {"mins", 60}, {"hours", 3600}, {"days", 86400}, {"weeks", 604800}};
+        for (const auto& k : known)
+            if (std::strcmp(u, k.name) == 0) return k.seconds;
+        throw std::invalid_argument(std::string("a difftime column counts in units \"") + u +
+                                    "\", not secs, mins, hours, days or weeks");
+    }
+
+    // bit64's integer64: int64 in a double's bytes, NA_integer64_ missing.
+    void integer64(SEXP x) {
+        bool any_na = false;
+        for_each_region<double>(x, [&](const double* p, R_xlen_t, R_xlen_t count) {
+            for (R_xlen_t j = 0; j < count && !any_na; ++j) any_na = bits_of(p[j]) == wire::kMissingTime;
+        });
+        if (!any_na) {
+            numbers<double>(x, 'i');
+            return;
+        }
+        w_.begin_masked();
+        put_array(x, shape_of(x), 'i', 8, [&](char* dst) {
+            for_each_region<double>(x, [&](const double* p, R_xlen_t first, R_xlen_t count) {
+                auto* out = reinterpret_cast<int64_t*>(dst) + first;
+                for (R_xlen_t j = 0; j < count; ++j) out[j] = bits_of(p[j]) == wire::kMissingTime ? 0 : bits_of(p[j]);
+            });
+        });
+        put_na_mask(x, [](double v) { return bits_of(v) == wire::kMissingTime; });
+    }
+
+    static int64_t bits_of(double v) noexcept {
+        int64_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        return bits;
+    }
+
+    // A double column: NA (R_IsNA, not every NaN) makes it a masked array.
+    void doubles(SEXP x) {
+        bool any_na = false;
+        for_each_region<double>(x, [&](const double* p, R_xlen_t, R_xlen_t count) {
+            for (R_xlen_t j = 0; j < count && !any_na; ++j) any_na = R_IsNA(p[j]);
+        });
+        if (!any_na) {
+            numbers<double>(x, 'f');
+            return;
+        }
+        w_.begin_masked();
+        put_array(x, shape_of(x), 'f', 8, [&](char* dst) {
+            for_each_region<double>(x, [&](const double* p, R_xlen_t first, R_xlen_t count) {
+                double* out = reinterpret_cast<double*>(dst) + first;
+                for (R_xlen_t j = 0; j < count; ++j) out[j] = R_IsNA(p[j]) ? 0.0 : p[j];
+            });
+        });
+        put_na_mask(x, [](double v) { return R_IsNA(v) != 0; });
+    }
+
+    template <class Missing>
+    void put_na_mask(SEXP x, Missing missing) {
+        put_array(x, shape_of(x), 'b', 1, [&](char* dst) {
+            for_each_region<double>(x, [&](const double* p, R_xlen_t first, R_xlen_t count) {
+                for (R_xlen_t j = 0; j < count; ++j) dst[first + j] = char(missing(p[j]));
+            });
+        });
+    }
+
     void atomic(SEXP x) {
         if (XLENGTH(x) == 1 && !has_attributes(x) && TYPEOF(x) != RAWSXP) {
             scalar(x);
