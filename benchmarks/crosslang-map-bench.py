@@ -42,6 +42,12 @@ TRIVIAL = "function(x) x"
 X2 = "function(x) x * 2"
 MAPPED = "function(x) sum(sqrt(abs(x)))"
 SAMPLE_SECONDS = 0.3
+# The data frame rows: 1e6 rows of two float64 columns, an int32, a bool and a
+# 10-level categorical (R: a factor); the summary is R's colMeans of the
+# numeric columns and table() of the factor.
+FRAME_ROWS = 1_000_000
+SUMMARY = "function(df) list(colMeans(df[c('a', 'b', 'i')]), table(df$f))"
+IDENTITY = "function(df) df"
 
 ROWS = [
     ("trivial", "trivial R call, round trip", "us", 1e6),
@@ -49,6 +55,8 @@ ROWS = [
     ("vec_x2", "x * 2, 1e6 doubles, result back", "ms", 1e3),
     ("map_2w", "map over 1,000 chunks of 1,000, 2 workers", "ms", 1e3),
     ("map_serial", "the same map, serially in one R", "ms", 1e3),
+    ("df_summary", "colMeans + table, 1e6-row frame", "ms", 1e3),
+    ("df_trip", "the frame's round trip", "ms", 1e3),
 ]
 
 
@@ -81,14 +89,38 @@ def data():
     return x, [whole[i * CHUNK:(i + 1) * CHUNK] for i in range(CHUNKS)]
 
 
-def expected(x, chunks):
+def frame():
+    """The data frame rows' frame, its float64 and int32 columns in shared memory."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    a, b, i = mizu.empty(FRAME_ROWS), mizu.empty(FRAME_ROWS), mizu.empty(FRAME_ROWS, dtype=np.int32)
+    a[:], b[:], i[:] = rng.standard_normal(FRAME_ROWS), rng.standard_normal(FRAME_ROWS), rng.integers(0, 1000, FRAME_ROWS)
+    levels = [f"level{k}" for k in range(10)]
+    return pd.DataFrame({"a": a, "b": b, "i": i, "l": rng.random(FRAME_ROWS) < 0.5,
+                         "f": pd.Categorical.from_codes(rng.integers(0, 10, FRAME_ROWS), levels)}, copy=False)
+
+
+def expected(x, chunks, df):
     return {"trivial": 1.0, "vec_sum": x.sum(), "vec_x2": x * 2,
-            "map_2w": [np.sqrt(np.abs(c)).sum() for c in chunks]}
+            "map_2w": [np.sqrt(np.abs(c)).sum() for c in chunks],
+            "df_summary": [df[["a", "b", "i"]].mean().to_numpy(), df["f"].value_counts(sort=False).to_numpy()],
+            "df_trip": df}
 
 
 def check(name, row, got, want):
     """Whether got is want, to rounding (R sums in long double, numpy pairwise)."""
-    if row == "map_2w" or row == "map_serial":
+    if row == "df_trip":
+        import pandas as pd
+
+        try:
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+            ok = True
+        except AssertionError:
+            ok = False
+    elif row == "df_summary":
+        ok = np.allclose(np.ravel(got[0]), want[0], rtol=1e-9) and np.array_equal(np.ravel(got[1]), want[1])
+    elif row == "map_2w" or row == "map_serial":
         ok = len(got) == len(want) and np.allclose(np.ravel(got), want, rtol=1e-9)
     else:
         ok = np.allclose(np.ravel(got), np.ravel(want), rtol=1e-9)
@@ -100,12 +132,14 @@ def check(name, row, got, want):
 # -- mizu ----------------------------------------------------------------------------------------
 
 
-def mizu_rows(x, chunks, want, quick, repeats, samples, wrong):
+def mizu_rows(x, chunks, df, want, quick, repeats, samples, wrong):
     with mizu.RExecutor(1) as r:
         calls = {
             "trivial": lambda: r.submit(TRIVIAL, 1.0).result(),
             "vec_sum": lambda: r.submit("sum", x).result(),
             "vec_x2": lambda: r.submit(X2, x).result(),
+            "df_summary": lambda: r.submit(SUMMARY, df).result(),
+            "df_trip": lambda: r.submit(IDENTITY, df).result(),
         }
         measure("mizu", calls, want, quick, repeats, samples, wrong)
     with mizu.RExecutor(2) as r:
@@ -262,11 +296,15 @@ chunks <- lapply(seq_len(%(chunks)d), function(i) rnorm(%(chunk)d))
 trivial <- %(trivial)s
 x2 <- %(x2)s
 mapped <- %(mapped)s
+summary_of <- %(summary)s
+df <- data.frame(a = rnorm(%(frame_rows)d), b = rnorm(%(frame_rows)d), i = sample.int(1000L, %(frame_rows)d, TRUE),
+                 l = runif(%(frame_rows)d) < 0.5, f = factor(sample(sprintf("level%%d", 0:9), %(frame_rows)d, TRUE)))
 rows <- list(
     trivial = function() trivial(1),
     vec_sum = function() sum(x),
     vec_x2 = function() { y <- x2(x); NULL },
-    map_serial = function() lapply(chunks, mapped))
+    map_serial = function() lapply(chunks, mapped),
+    df_summary = function() summary_of(df))
 for (name in names(rows))
     cat("R", name, vapply(seq_len(repeats), function(i) per_call(rows[[name]]), 0), "\n")
 mc <- function() parallel::mclapply(chunks, mapped, mc.cores = 2L)
@@ -276,7 +314,8 @@ cat("mclapply", "map_2w", vapply(seq_len(repeats), function(i) per_call(mc), 0),
 
 def r_rows(quick, repeats, samples):
     progress("R and mclapply: every row, in one Rscript")
-    script = R_SCRIPT % {"n": N, "chunks": CHUNKS, "chunk": CHUNK, "trivial": TRIVIAL, "x2": X2, "mapped": MAPPED}
+    script = R_SCRIPT % {"n": N, "chunks": CHUNKS, "chunk": CHUNK, "trivial": TRIVIAL, "x2": X2, "mapped": MAPPED,
+                         "summary": SUMMARY, "frame_rows": FRAME_ROWS}
     budget = SAMPLE_SECONDS / (10 if quick else 1)
     out = subprocess.run([shutil.which("Rscript") or "Rscript", "--no-save", "-e", script, str(repeats), str(budget)],
                          capture_output=True, text=True, check=True).stdout
@@ -320,9 +359,10 @@ def main(argv=None):
     parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
     args = parser.parse_args(argv)
     x, chunks = data()
-    want = expected(x, chunks)
+    df = frame()
+    want = expected(x, chunks, df)
     samples, wrong = {}, []
-    mizu_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
+    mizu_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
     systems = ["mizu"]
     if rpy2_available():
         rpy2_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
