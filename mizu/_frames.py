@@ -72,7 +72,7 @@ def column_part(series, name=None):
         return _factor(series.array)
     if isinstance(dtype, pandas.DatetimeTZDtype):
         utc = series.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
-        return _times("t", utc, zone=str(dtype.tz))
+        return _times("t", utc, zone=_zone_name(dtype.tz, where))
     if isinstance(dtype, pandas.StringDtype):
         return _strings(series)
     if isinstance(dtype, pandas.api.extensions.ExtensionDtype) and hasattr(series.array, "_mask"):
@@ -92,6 +92,20 @@ def column_part(series, name=None):
                     f"datetime64, timedelta64, datetime.date or pandas' nullable dtypes")
 
 
+def _zone_name(tz, where):
+    """The IANA name R knows tz by."""
+    name = getattr(tz, "key", None) or getattr(tz, "zone", None)
+    if isinstance(name, str):
+        return name
+    offset = tz.utcoffset(None) if isinstance(tz, datetime.timezone) else None
+    if offset is not None and offset.total_seconds() % 3600 == 0:
+        hours = int(offset.total_seconds() // 3600)
+        # POSIX's signs are the other way round: Etc/GMT-2 is two hours east of UTC.
+        return "UTC" if hours == 0 else f"Etc/GMT{-hours:+d}"
+    raise ValueError(f"{where} is in the time zone {tz!r}, which has no name R knows: convert it to a zone of the "
+                     f"IANA database (zoneinfo.ZoneInfo), or to UTC")
+
+
 def _factor(categorical):
     levels = [_label(c) for c in categorical.categories]
     if len(set(levels)) != len(levels):
@@ -103,7 +117,7 @@ def _factor(categorical):
 def _times(kind, values, zone=None):
     unit, count = numpy.datetime_data(values.dtype)
     if unit not in _TICKS or count != 1:
-        values = values.astype(values.dtype.str[:4] + "[ns]" if kind == "t" else "m8[ns]")
+        values = values.astype("M8[ns]" if kind == "t" else "m8[ns]")
         unit = "ns"
     ticks = values.view(numpy.int64)
     items = [_TICKS[unit], ticks] if zone is None else [zone, _TICKS[unit], ticks]
@@ -163,7 +177,19 @@ def typed_from_wire(kind, items):
     zone = items[0]
     if not zone:
         return times
-    return pandas.DatetimeIndex(times).tz_localize("UTC").tz_convert(zone).array
+    return pandas.DatetimeIndex(times).tz_localize("UTC").tz_convert(_zone(zone)).array
+
+
+def _zone(name):
+    """The time zone called name: pandas' own UTC, else zoneinfo's (pandas 3's default, also under pandas 2)."""
+    if name == "UTC":
+        return name
+    import zoneinfo
+
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return name
 
 
 def _strings_array(values):

@@ -213,6 +213,9 @@ cdef class Peer:
         if pandas is not None and isinstance(obj, pandas.DataFrame):
             return self.put_frame(w, obj, depth)
         if pandas is not None and isinstance(obj, pandas.Series):
+            if depth >= kMaxDepth - 2:
+                raise ValueError(f"a Series nested more than {kMaxDepth - 2} containers deep has no form in "
+                                 f"{self.language}")
             from mizu._frames import column_part
             return self.put_part(w, column_part(obj), depth)
         return self.refuse(obj)
@@ -598,10 +601,12 @@ cdef object _typed(Reader& r, object buffers):
     cdef uint32_t i
     items = [_value(r, buffers) for i in range(typed_parts(kind))]
     r.end()
-    from mizu._frames import typed_from_wire
     try:
+        from mizu._frames import typed_from_wire
         return typed_from_wire(chr(<uint8_t>kind), items)
-    except (TypeError, ValueError) as exc:
+    except ImportError as exc:
+        raise ValueError(f"wire message at byte {at}: a typed vector, which needs pandas: pip install pandas") from exc
+    except Exception as exc:
         raise ValueError(f"wire message at byte {at}: a typed vector of kind {chr(<uint8_t>kind)!r} ({exc})") from exc
 
 
@@ -617,12 +622,12 @@ cdef object _frame(Reader& r, object buffers):
         names.append(PyUnicode_DecodeUTF8(s.data, <Py_ssize_t>s.size, NULL))
         columns.append(_value(r, buffers))
     r.end()
-    from mizu._frames import frame_from_wire
     try:
+        from mizu._frames import frame_from_wire
         return frame_from_wire(f.nrows, row_names, names, columns)
     except ImportError as exc:
         raise ValueError(f"wire message at byte {at}: a data frame, which needs pandas: pip install pandas") from exc
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:
         raise ValueError(f"wire message at byte {at}: a data frame ({exc})") from exc
 
 

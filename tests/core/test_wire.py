@@ -339,7 +339,11 @@ def test_a_masked_array_decodes_as_numpy_s():
         (ARENA_ARRAY, "byte 2: an array in out-of-band buffer 0, of 0 the message came with"),
         (b"W\x01a\x03<f8" + struct.pack("<IBQQqq", 8, 2, 2**63, 0, 0, 0) + b"\x00" + struct.pack("<Q", 0),
          r"byte 2: numpy cannot make an array of shape \(9223372036854775808, 0\)"),
-        (b"W\x01D" + struct.pack("<IQ", 0, 0), "byte 2: a data frame"),
+        (b"W\x01D" + struct.pack("<IQ", 0, 0), "byte 15: a frame's row names needs 1 bytes"),
+        (b"W\x01D" + struct.pack("<IQ", 1, 2) + b"N" + struct.pack("<Q", 1) + b"xd" + struct.pack("<d", 1.0),
+         r"byte 2: a data frame \(a data frame of 2 rows has a column 'x' of shape \(\)\)"),
+        (b"W\x01KtNNN", "byte 2: a typed vector of kind 't'"),
+        (b"W\x01Kz", "byte 3: unknown typed vector kind 122"),
     ],
 )
 def test_malformed_messages_name_the_offset(data, match):

@@ -93,15 +93,18 @@ def columns(draw, n):
         if missing and n:
             spans[draw(st.integers(0, n - 1))] = np.timedelta64("NaT")
         return pd.Series(spans)
-    if kind in ("str", "date"):
+    if kind == "str" or (kind == "date" and not n):
         text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=8)
         values = draw(st.lists(text, min_size=n, max_size=n))
         return pd.Series(_with_missing(draw, values, None) if missing else values, dtype="str")
     if kind == "date" and n:
-        # (An object column without rows is a character vector, whatever it was meant to hold.)
+        # (An object column without rows, or with nothing but missing values, is a character vector.)
         days = draw(st.lists(st.integers(-700_000, 2_000_000), min_size=n, max_size=n))
         values = [datetime.date(1970, 1, 1) + datetime.timedelta(days=d) for d in days]
-        return pd.Series(_with_missing(draw, values, None) if missing else values, dtype=object)
+        if missing and n > 1:
+            for k in draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n - 1)):
+                values[k] = None
+        return pd.Series(values, dtype=object)
     # pandas' nullable dtypes, which come back as themselves when they hold a missing value.
     element = {"Int32": st.integers(INT32_MIN + 1, 2**31 - 1), "Int64": st.integers(-(2**63) + 1, 2**63 - 1),
                "Float64": st.floats(allow_nan=False), "boolean": st.booleans()}[kind]

@@ -492,7 +492,7 @@ def test_an_int32_arena_array_holding_na_is_refused_and_its_block_released(r_ses
 @pytest.mark.parametrize("code, error", [
     ("new.env()", 'class "environment"'),
     ("function(x) x", 'class "function"'),
-    ("data.frame(a = 1)", 'class "data.frame"'),
+    ("data.frame(a = 1:2, l = I(list(1, 2)))", 'column 2 of a data frame is of class "AsIs"'),
     ("list(a = 1, 2)", "element 2 of a list with names has an empty name"),
     ("list(a = 1, a = 2)", 'the name "a" appears twice'),
 ])

@@ -61,6 +61,7 @@ public:
     const char* shared_data() const noexcept { return data_; }
     const BlockRef& block() const noexcept { return block_; }
     const Segment& segment() const noexcept { return *segment_; }
+    std::shared_ptr<Segment> segment_ptr() const noexcept { return segment_; }
 
 private:
     std::shared_ptr<Segment> segment_;
@@ -90,6 +91,7 @@ public:
     uint64_t size() const noexcept { return size_; }
     uint64_t start() const noexcept { return start_; }
     const BlockRef& block() const noexcept { return hold_.block(); }
+    std::shared_ptr<Segment> segment() const noexcept { return hold_.segment_ptr(); }
 
     // Whether anything was written through this mapping: whether the
     // kernel copied any of its pages (Linux's /proc/self/pagemap tells);

@@ -155,6 +155,18 @@ int not_na(int32_t v) {
     return v;
 }
 
+// bit64 reads -2^63 as NA_integer64_, as R reads INT_MIN as NA_integer_.
+void refuse_na_integer64(const char* data, R_xlen_t count) {
+    for (R_xlen_t j = 0; j < count; ++j) {
+        int64_t v;
+        std::memcpy(&v, data + j * 8, sizeof v);
+        if (v == wire::kMissingTime)
+            throw std::invalid_argument(
+                "an int64 column holds -9223372036854775808, which bit64 reads as NA_integer64_; send a nullable "
+                "Int64 column with those rows missing, or a float64 one for the number");
+    }
+}
+
 void refuse_na_integers(const int* data, R_xlen_t count) {
     for (R_xlen_t j = 0; j < count; ++j)
         if (data[j] == NA_INTEGER) refuse_na_integer();
@@ -359,13 +371,20 @@ private:
         SEXP out = Rf_allocVector(VECSXP, f.ncols);
         SET_VECTOR_ELT(parent, i, out);
         SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
+        then_unprotect(1, [&] { frame_parts(out, holder, f, at); });
+    }
+
+    void frame_parts(SEXP out, SEXP holder, const wire::FrameHeader& f, std::size_t at) {
         value(holder, 0);
         SEXP row_names = VECTOR_ELT(holder, 0);
         if (row_names == R_NilValue) {
-            row_names = Rf_allocVector(INTSXP, 2);
+            // R's automatic row names: c(NA, -n), or integer(0) without rows.
+            row_names = Rf_allocVector(INTSXP, f.nrows ? 2 : 0);
             SET_VECTOR_ELT(holder, 0, row_names);
-            INTEGER(row_names)[0] = NA_INTEGER;
-            INTEGER(row_names)[1] = -int(f.nrows);
+            if (f.nrows) {
+                INTEGER(row_names)[0] = NA_INTEGER;
+                INTEGER(row_names)[1] = -int(f.nrows);
+            }
         } else if ((TYPEOF(row_names) != INTSXP && TYPEOF(row_names) != STRSXP) ||
                    XLENGTH(row_names) != R_xlen_t(f.nrows)) {
             throw std::invalid_argument("the row names of a data frame at byte " + std::to_string(at) +
@@ -386,7 +405,6 @@ private:
         r_.end();
         Rf_setAttrib(out, R_RowNamesSymbol, row_names);
         set_class(out, "data.frame");
-        UNPROTECT(1);
     }
 
     // A typed vector (wire::Typed): a factor, character vector, POSIXct,
@@ -399,13 +417,13 @@ private:
         case wire::Typed::factor:
         case wire::Typed::ordered: factor(parent, i, kind == wire::Typed::ordered, at); break;
         case wire::Typed::datetime: {
-            std::string zone = text_part(at);
+            Span zone = text_part(at);
             int64_t ticks = ticks_part(at);
             times(parent, i, at, double(ticks));
             SEXP out = VECTOR_ELT(parent, i);
             set_class(out, "POSIXct", "POSIXt");
-            if (!zone.empty()) {
-                SEXP tz = PROTECT(Rf_mkString(zone.c_str()));
+            if (zone.size) {
+                SEXP tz = PROTECT(Rf_ScalarString(utf8_char(zone)));
                 Rf_setAttrib(out, Rf_install("tzone"), tz);
                 UNPROTECT(1);
             }
@@ -433,10 +451,9 @@ private:
         throw std::invalid_argument(std::string("a typed vector at byte ") + std::to_string(at) + " lacks " + what);
     }
 
-    std::string text_part(std::size_t at) {
+    Span text_part(std::size_t at) {
         if (r_.tag() != Tag::str) bad_part(at, "its zone, a str");
-        Span s = r_.str();
-        return std::string(s.data, s.size);
+        return r_.str();
     }
 
     int64_t ticks_part(std::size_t at) {
@@ -468,6 +485,10 @@ private:
     // Levels, then 0-based int32 codes, -1 where missing.
     void factor(SEXP parent, R_xlen_t i, bool ordered, std::size_t at) {
         SEXP holder = PROTECT(Rf_allocVector(VECSXP, 2));
+        then_unprotect(1, [&] { factor_parts(parent, i, holder, ordered, at); });
+    }
+
+    void factor_parts(SEXP parent, R_xlen_t i, SEXP holder, bool ordered, std::size_t at) {
         strings(holder, 0);
         if (r_.tag() != Tag::ndarray) bad_part(at, "its codes, an int32 array");
         ArrayHeader a;
@@ -490,7 +511,6 @@ private:
         else
             set_class(codes, "factor");
         SET_VECTOR_ELT(parent, i, codes);
-        UNPROTECT(1);
     }
 
     // An int64 array of ticks as doubles of ticks / per, NA where missing.
@@ -534,39 +554,40 @@ private:
         bool integer64 = integer64_column(values);
         array(values, parent, i, false);
         SEXP holder = PROTECT(Rf_allocVector(VECSXP, 1));
-        array(mask, holder, 0, false);
-        SEXP out = VECTOR_ELT(parent, i);
-        const int* missing = LOGICAL(VECTOR_ELT(holder, 0));
-        R_xlen_t n = XLENGTH(out);
-        switch (TYPEOF(out)) {
-        case INTSXP:
-            for (R_xlen_t k = 0; k < n; ++k)
-                if (missing[k]) INTEGER(out)[k] = NA_INTEGER;
-            break;
-        case LGLSXP:
-            for (R_xlen_t k = 0; k < n; ++k)
-                if (missing[k]) LOGICAL(out)[k] = NA_LOGICAL;
-            break;
-        case REALSXP:
-            if (integer64) {
-                // bit64's NA_integer64_.
+        then_unprotect(1, [&] {
+            array(mask, holder, 0, false);
+            SEXP out = VECTOR_ELT(parent, i);
+            const int* missing = LOGICAL(VECTOR_ELT(holder, 0));
+            R_xlen_t n = XLENGTH(out);
+            switch (TYPEOF(out)) {
+            case INTSXP:
                 for (R_xlen_t k = 0; k < n; ++k)
-                    if (missing[k]) std::memcpy(REAL(out) + k, &wire::kMissingTime, sizeof(double));
-            } else {
+                    if (missing[k]) INTEGER(out)[k] = NA_INTEGER;
+                break;
+            case LGLSXP:
                 for (R_xlen_t k = 0; k < n; ++k)
-                    if (missing[k]) REAL(out)[k] = NA_REAL;
+                    if (missing[k]) LOGICAL(out)[k] = NA_LOGICAL;
+                break;
+            case REALSXP:
+                if (integer64) {
+                    // bit64's NA_integer64_.
+                    for (R_xlen_t k = 0; k < n; ++k)
+                        if (missing[k]) std::memcpy(REAL(out) + k, &wire::kMissingTime, sizeof(double));
+                } else {
+                    for (R_xlen_t k = 0; k < n; ++k)
+                        if (missing[k]) REAL(out)[k] = NA_REAL;
+                }
+                break;
+            case CPLXSXP:
+                for (R_xlen_t k = 0; k < n; ++k)
+                    if (missing[k]) COMPLEX(out)[k] = complex_of(NA_REAL, NA_REAL);
+                break;
+            default:
+                for (R_xlen_t k = 0; k < n; ++k)
+                    if (missing[k]) throw std::invalid_argument("a masked uint8 array has missing elements, which R's raw "
+                                                                "vectors cannot hold; send it as int16 or wider");
             }
-            break;
-        case CPLXSXP:
-            for (R_xlen_t k = 0; k < n; ++k)
-                if (missing[k]) COMPLEX(out)[k] = complex_of(NA_REAL, NA_REAL);
-            break;
-        default:
-            for (R_xlen_t k = 0; k < n; ++k)
-                if (missing[k]) throw std::invalid_argument("a masked uint8 array has missing elements, which R's raw "
-                                                            "vectors cannot hold; send it as int16 or wider");
-        }
-        UNPROTECT(1);
+        });
     }
 
     // Whether a is an int64 column to be read as bit64's integer64: its
@@ -584,7 +605,7 @@ private:
             uint64_t(count) * a.itemsize > kViewMinBytes) {
             SEXP view = new_view(plan.type);
             SET_VECTOR_ELT(parent, i, view);
-            fill_view(view, a, count);
+            fill_view(view, a, count, integer64);
             set_dims(view, a);
             if (integer64) set_class(view, "integer64");
             return;
@@ -598,13 +619,15 @@ private:
             convert_elements(dst, a.data.data, a, plan, count);
         else
             copy_from_block(dst, a, plan, count);
+        if (integer64) refuse_na_integer64(static_cast<const char*>(dst), count);
     }
 
-    void fill_view(SEXP view, const ArrayHeader& a, R_xlen_t count) {
+    void fill_view(SEXP view, const ArrayHeader& a, R_xlen_t count, bool integer64) {
         BlockSource source = resolver_.resolve(a.buffer, a.extent);
         source.nbytes = uint64_t(count) * a.itemsize;
         auto block = std::make_unique<MappedBlock>(source);
         if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->data()), count);
+        if (integer64) refuse_na_integer64(block->data(), count);
         attach_view(view, std::move(block), count);
     }
 

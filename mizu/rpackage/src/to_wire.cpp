@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "altrep.hpp"
 #include "unwind.hpp"
 #include "values.hpp"
 
@@ -174,22 +175,29 @@ private:
         if (depth > wire::kMaxDepth - 2)
             throw std::invalid_argument("the value nests a data frame more than " +
                                         std::to_string(wire::kMaxDepth - 2) + " deep, the wire's limit");
-        SEXP info = PROTECT(Rf_lang3(Rf_install(".row_names_info"), x, PROTECT(Rf_ScalarInteger(1))));
-        int rows = Rf_asInteger(PROTECT(Rf_eval(info, R_BaseEnv)));
-        UNPROTECT(3);
-        bool automatic = rows < 0;
-        R_xlen_t nrows = automatic ? -R_xlen_t(rows) : rows, ncols = XLENGTH(x);
+        // The row names as R stores them: c(NA, n) or c(NA, -n) when R
+        // numbers the rows itself (integer(0) without rows), else a vector.
+        SEXP info = PROTECT(Rf_lang3(Rf_install(".row_names_info"), x, PROTECT(Rf_ScalarInteger(0))));
+        SEXP row_names = PROTECT(Rf_eval(info, R_BaseEnv));
+        then_unprotect(3, [&] { frame_parts(x, row_names); });
+    }
+
+    void frame_parts(SEXP x, SEXP row_names) {
+        bool numbered = TYPEOF(row_names) == INTSXP &&
+                        (XLENGTH(row_names) == 0 || (XLENGTH(row_names) == 2 && INTEGER(row_names)[0] == NA_INTEGER));
+        if (TYPEOF(row_names) != INTSXP && TYPEOF(row_names) != STRSXP)
+            throw std::invalid_argument("a data frame's row names are of class \"" + std::string(class_name(row_names)) +
+                                        "\", not integer or character");
+        R_xlen_t nrows = !numbered ? XLENGTH(row_names) : XLENGTH(row_names) ? std::abs(INTEGER(row_names)[1]) : 0;
+        R_xlen_t ncols = XLENGTH(x);
         SEXP names = Rf_getAttrib(x, R_NamesSymbol);
         w_.begin_frame(count_of(ncols), uint64_t(nrows));
-        if (automatic) {
+        if (numbered)
             w_.put_none();
-        } else {
-            SEXP row_names = Rf_getAttrib(x, R_RowNamesSymbol);
-            if (TYPEOF(row_names) == STRSXP)
-                typed_strings(row_names);
-            else
-                numbers<int>(row_names, 'i');
-        }
+        else if (TYPEOF(row_names) == STRSXP)
+            typed_strings(row_names);
+        else
+            numbers<int>(row_names, 'i');
         for (R_xlen_t k = 0; k < ncols; ++k) {
             SEXP name = TYPEOF(names) == STRSXP && k < XLENGTH(names) ? STRING_ELT(names, k) : R_BlankString;
             if (name == NA_STRING)
@@ -390,6 +398,10 @@ private:
     }
 
     void atomic(SEXP x) {
+        if (TYPEOF(x) == REALSXP && Rf_inherits(x, "integer64")) {
+            integer64(x);
+            return;
+        }
         if (XLENGTH(x) == 1 && !has_attributes(x) && TYPEOF(x) != RAWSXP) {
             scalar(x);
             return;
@@ -524,10 +536,21 @@ private:
         }
     }
 
-    // A vector whose elements' bytes are numpy's as they are.
+    // A vector whose elements' bytes are numpy's as they are. A view of a
+    // block R never wrote to goes back as that block, uncopied.
     template <class T>
     void numbers(SEXP x, char kind) {
-        put_array(x, shape_of(x), kind, sizeof(T), [&](char* dst) { copy_elements<T>(x, dst); });
+        Shape shape = shape_of(x);
+        std::size_t nbytes = std::size_t(XLENGTH(x)) * sizeof(T);
+        const MappedBlock* view = view_block(x);
+        if (view && nbytes > options_.inline_limit && view->size() == nbytes && !view_written(x)) {
+            ArrayHeader h = header(shape, kind, sizeof(T));
+            h.storage = wire::Storage::arena;
+            out_.share(*view, h.buffer);
+            w_.put_array(h);
+            return;
+        }
+        put_array(x, shape, kind, sizeof(T), [&](char* dst) { copy_elements<T>(x, dst); });
     }
 
     template <class T>
@@ -569,15 +592,7 @@ private:
     // fill(destination): in the arena above the inline limit, else inline.
     template <class Fill>
     void put_array(SEXP x, const Shape& shape, char kind, uint32_t itemsize, Fill fill) {
-        ArrayHeader h;
-        set_typestr(h, kind, itemsize);
-        h.ndim = shape.ndim;
-        int64_t stride = itemsize;
-        for (uint32_t k = 0; k < shape.ndim; ++k) {
-            h.shape[k] = shape.dims[k];
-            h.strides[k] = stride;
-            stride *= int64_t(shape.dims[k]);
-        }
+        ArrayHeader h = header(shape, kind, itemsize);
         std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
         if (nbytes > options_.inline_limit) {
             h.storage = wire::Storage::arena;
@@ -592,6 +607,20 @@ private:
         h.data = {buffer, nbytes};
         w_.put_array(h);
         vmaxset(vmax);
+    }
+
+    // The header of an array of this shape in Fortran order, storage unset.
+    static ArrayHeader header(const Shape& shape, char kind, uint32_t itemsize) {
+        ArrayHeader h;
+        set_typestr(h, kind, itemsize);
+        h.ndim = shape.ndim;
+        int64_t stride = itemsize;
+        for (uint32_t k = 0; k < shape.ndim; ++k) {
+            h.shape[k] = shape.dims[k];
+            h.strides[k] = stride;
+            stride *= int64_t(shape.dims[k]);
+        }
+        return h;
     }
 
     static uint32_t count_of(R_xlen_t n) {
@@ -624,13 +653,35 @@ char* OutgoingBlocks::alloc(Arena& arena, std::size_t nbytes, uint32_t& buffer) 
     messages::BufferRecord r{};
     r.block = BlockRef{arena.id(), a.offset, nbytes, a.segment_id, current_pid(), fd, a.generation};
     r.length = nbytes;
-    auto known = std::find(fds_.begin(), fds_.end(), fd);
-    r.descriptor = uint16_t(known - fds_.begin());
-    if (known == fds_.end()) fds_.push_back(fd);
-    buffer = uint32_t(records_.size());
-    records_.push_back(r);
-    bases_.push_back(seg->base());
+    buffer = add(r, seg->base());
     return seg->base() + a.offset;
+}
+
+uint32_t OutgoingBlocks::add(messages::BufferRecord& r, char* base) {
+    auto known = std::find(fds_.begin(), fds_.end(), r.block.fd);
+    r.descriptor = uint16_t(known - fds_.begin());
+    if (known == fds_.end()) fds_.push_back(r.block.fd);
+    records_.push_back(r);
+    bases_.push_back(base);
+    return uint32_t(records_.size() - 1);
+}
+
+void OutgoingBlocks::share(const MappedBlock& view, uint32_t& buffer) {
+    records_.reserve(records_.size() + 1);
+    bases_.reserve(bases_.size() + 1);
+    fds_.reserve(fds_.size() + 1);
+    held_.reserve(held_.size() + 1);
+    std::shared_ptr<Segment> seg = view.segment();
+    const BlockRef& b = view.block();
+    int fd = seg->fd();
+    // The receiver's own reference, dropped here unless handed over.
+    retain_block(seg->base(), b.offset);
+    messages::BufferRecord r{};
+    r.block = BlockRef{b.arena_id, b.offset, b.length, b.segment_id, current_pid(), fd, b.generation};
+    r.offset = view.start();
+    r.length = view.size();
+    buffer = add(r, seg->base());
+    held_.push_back(std::move(seg));
 }
 
 Arena& worker_arena() {

@@ -95,6 +95,20 @@ SEXP r_call(Body&& body) {
     return result;
 }
 
+// Runs f() with n objects PROTECTed for it, then UNPROTECTs them, whether
+// f returns or throws: r_call leaves R's protect stack to its body when a
+// C++ exception, not an R jump, ends it.
+template <class F>
+void then_unprotect(int n, F&& f) {
+    try {
+        f();
+    } catch (...) {
+        UNPROTECT(n);
+        throw;
+    }
+    UNPROTECT(n);
+}
+
 // The body of a .Call routine: its result, or an R error carrying the text
 // of the C++ exception it threw, or the resumed R jump of an RJump.
 template <class Body>

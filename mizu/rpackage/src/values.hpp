@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "arena.hpp"
@@ -41,6 +42,10 @@ public:
     // A new block of `nbytes` in `arena`, recorded here; `buffer` is set to
     // its record's index.
     char* alloc(Arena& arena, std::size_t nbytes, uint32_t& buffer);
+    // The bytes a view maps, in their block (another process's, as a
+    // rule), recorded here with a reference of their own; `buffer` as for
+    // alloc.
+    void share(const MappedBlock& view, uint32_t& buffer);
     const std::vector<messages::BufferRecord>& records() const noexcept { return records_; }
     // The descriptors the records name, in their order.
     const std::vector<int>& descriptors() const noexcept { return fds_; }
@@ -49,12 +54,18 @@ public:
         records_.clear();
         bases_.clear();
         fds_.clear();
+        held_.clear();
     }
 
 private:
+    // Records r, its descriptor's index set, with its segment's base here;
+    // its index. The caller reserved room in every vector.
+    uint32_t add(messages::BufferRecord& r, char* base);
+
     std::vector<messages::BufferRecord> records_;
     std::vector<char*> bases_;  // of their segments here
     std::vector<int> fds_;
+    std::vector<std::shared_ptr<Segment>> held_;  // the segments share() named, mapped until sent
 };
 
 struct EncodeOptions {

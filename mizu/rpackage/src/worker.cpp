@@ -109,20 +109,6 @@ void watch_client(pid_t client) {
     }).detach();
 }
 
-// Runs f(), then UNPROTECTs n, whether f returns or throws: what a frame
-// protected for f comes off R's stack also when a C++ exception (the
-// client gone, say) passes on to a .Call that returns normally.
-template <class F>
-void then_unprotect(int n, F&& f) {
-    try {
-        f();
-    } catch (...) {
-        UNPROTECT(n);
-        throw;
-    }
-    UNPROTECT(n);
-}
-
 class Worker {
 public:
     Worker(const WorkerOptions& o, Rings rings)

@@ -70,7 +70,6 @@ test_that("values with no wire form are errors naming their class", {
     expect_error(encode(sum), "class \"function\"")
     expect_error(encode(quote(f(x))), "class \"call\"")
     expect_error(encode(list(1, list(quote(x)))), "class \"name\"")
-    expect_error(encode(data.frame(a = 1)), "class \"data.frame\" .* data frames come later")
     methods::setClass("mizuTestPoint", methods::representation(x = "numeric"), where = globalenv())
     expect_error(encode(methods::new("mizuTestPoint", x = 1)), "class \"mizuTestPoint\"")
 })
@@ -134,8 +133,33 @@ test_that("a decoded str may not hold NUL, and pickles are refused", {
 
 test_that("a data frame record becomes a data.frame with compact row names", {
     column <- function(name, typestr, data) c(u64(nchar(name)), charToRaw(name), inline_array(typestr, 2, 8, data))
-    df <- decode(wire(tag("D"), u32(2), u64(2), column("a", "<f8", writeBin(c(1, 2), raw(), endian = "little")),
+    df <- decode(wire(tag("D"), u32(2), u64(2), tag("N"),
+                      column("a", "<f8", writeBin(c(1, 2), raw(), endian = "little")),
                       column("b", "<i8", c(u64(3), u64(4)))))
-    expect_identical(df, data.frame(a = c(1, 2), b = c(3, 4)))
+    b <- if (requireNamespace("bit64", quietly = TRUE)) bit64::as.integer64(c(3, 4)) else c(3, 4)
+    expect_identical(df, data.frame(a = c(1, 2), b = b))
     expect_identical(.row_names_info(df, 0L), c(NA_integer_, -2L))
+})
+
+test_that("data frames round-trip with their column classes, NA and row names", {
+    df <- data.frame(n = c(1.5, NA, NaN), i = c(1L, NA, 3L), l = c(TRUE, NA, FALSE), s = c("a", NA, "\u00e9"),
+                     f = factor(c("x", NA, "y")), o = factor(c("lo", "hi", NA), levels = c("lo", "hi"), ordered = TRUE),
+                     d = as.Date(c("2020-02-29", NA, "1969-12-31")),
+                     t = as.POSIXct(c("2020-01-01 10:00:00", NA, "1970-01-01 00:00:00"), tz = "Europe/Paris"),
+                     e = as.difftime(c(1.5, NA, 0), units = "secs"), stringsAsFactors = FALSE)
+    back <- round_trip(df)
+    expect_identical(lapply(back, class), lapply(df, class))
+    expect_identical(lapply(back, is.na), lapply(df, is.na))
+    expect_true(is.nan(back$n[3]) && is.na(back$n[2]) && !is.nan(back$n[2]))
+    expect_identical(back$s, df$s)
+    expect_identical(back$f, df$f)
+    expect_identical(back$o, df$o)
+    expect_identical(back$d, df$d)
+    expect_equal(as.numeric(back$t), as.numeric(df$t))
+    expect_identical(attr(back$t, "tzone"), "Europe/Paris")
+    expect_identical(as.numeric(back$e), as.numeric(df$e))
+    named <- data.frame(x = 1:2, row.names = c("r1", "r2"))
+    expect_identical(round_trip(named), named)
+    expect_identical(round_trip(data.frame()), data.frame())
+    expect_error(round_trip(data.frame(a = 1:2, m = I(list(1, 2)))), "column 2 of a data frame is of class")
 })
