@@ -3,13 +3,19 @@
 Rows: a trivial R call's round trip; sum(x) and x * 2 of a 1e6-element
 float64 array (x * 2 coming back included); a map of an R function over
 1,000 chunks of 1,000 doubles with 2 workers (serially where a system has
-no pool); and the memory that 4 R workers add while each reads one 1 GB
-array. Systems: mizu.RExecutor on a mizu.empty array (and on views of one
-for the map); rpy2 in the client's process, converting with numpy2ri in
-one converter context per call as rpy2's documentation does; a spawn
-ProcessPoolExecutor whose workers call R through rpy2 (its map at
-chunksize 1 and 50); parallel::mclapply with 2 cores, timed inside R; and
-R alone, the same computations timed inside one Rscript on R's own vectors.
+no pool); colMeans and table() on a 1e6-row data frame (two float64
+columns, an int32, a bool, a 10-level categorical), and that frame's round
+trip through function(df) df; and the memory that 4 R workers add while
+each reads one 1 GB array. Systems: mizu.RExecutor on mizu.empty arrays
+(and on views of one for the map, and a frame whose float64 and int32
+columns are such arrays); rpy2 in the client's process, converting with
+numpy2ri (pandas2ri for frames, two samples, left out with --quick) in one
+converter context per call as rpy2's documentation does; rpy2-hand, the
+frames converted by hand at rpy2's C level (one copy a column, compact
+row names); a spawn ProcessPoolExecutor whose workers call R through rpy2
+(its map at chunksize 1 and 50; frames converted by hand in the worker);
+parallel::mclapply with 2 cores, timed inside R; and R alone, the same
+computations timed inside one Rscript on R's own vectors.
 rpy2 rows need ``pip install rpy2 'rpy2-rinterface<3.6.6'`` with Debian's
 R 4.2 (newer rinterface calls R 4.5's API); without it they are left out.
 
@@ -235,7 +241,8 @@ def rpy2_init():
     from rpy2.robjects import default_converter, numpy2ri
 
     _R["converter"] = default_converter + numpy2ri.converter
-    for name, source in (("trivial", TRIVIAL), ("sum", "sum"), ("x2", X2), ("mapped", MAPPED)):
+    for name, source in (("trivial", TRIVIAL), ("sum", "sum"), ("x2", X2), ("mapped", MAPPED), ("summary", SUMMARY),
+                         ("identity", IDENTITY)):
         _R[name] = ro.r(source)
 
 
@@ -246,7 +253,56 @@ def rpy2_call(name, arg):
     return value
 
 
-def rpy2_rows(x, chunks, want, quick, repeats, samples, wrong):
+def rpy2_frame_in(df):
+    """The bench's frame as an R data.frame, converted by hand: one copy per column, compact row names."""
+    import rpy2.rinterface as ri
+
+    def floats(v):
+        return ri.FloatSexpVector.from_memoryview(memoryview(np.ascontiguousarray(v, np.float64)))
+
+    def ints(v):
+        return ri.IntSexpVector.from_memoryview(memoryview(np.ascontiguousarray(v, np.int32)))
+
+    set_class = ri.baseenv["class<-"]
+    codes = ints(df["f"].cat.codes.to_numpy().astype(np.int32) + 1)
+    codes.do_slot_assign("levels", ri.StrSexpVector([str(c) for c in df["f"].cat.categories]))
+    columns = [floats(df["a"]), floats(df["b"]), ints(df["i"]), ri.baseenv["as.logical"](ints(df["l"])),
+               set_class(codes, ri.StrSexpVector(["factor"]))]
+    out = ri.ListSexpVector(columns)
+    out.do_slot_assign("names", ri.StrSexpVector(list(df.columns)))
+    out.do_slot_assign("row.names", ri.baseenv[".set_row_names"](ri.IntSexpVector([len(df)])))
+    return set_class(out, ri.StrSexpVector(["data.frame"]))
+
+
+def rpy2_frame_out(rdf):
+    """The bench's frame back from R, converted by hand: one copy per column."""
+    import pandas as pd
+
+    a, b, i, l, f = (rdf[k] for k in range(5))
+    codes = np.array(f, dtype=np.int32) - 1
+    return pd.DataFrame({"a": np.array(a), "b": np.array(b), "i": np.array(i, dtype=np.int32),
+                         "l": np.array(l, dtype=np.int32) != 0,
+                         "f": pd.Categorical.from_codes(codes, list(f.do_slot("levels")))}, copy=False)
+
+
+def rpy2_frame_call(name, df):
+    """_R[name] on the frame, converted by hand both ways."""
+    value = _R[name](rpy2_frame_in(df))
+    if name == "identity":
+        return rpy2_frame_out(value)
+    return [np.array(value[0]), np.array(value[1])]
+
+
+def rpy2_pandas_call(name, df):
+    """_R[name] on the frame, converted both ways by pandas2ri, in a converter context of its own."""
+    from rpy2.robjects import default_converter, pandas2ri
+
+    with (default_converter + pandas2ri.converter).context():
+        value = _R[name](df)
+    return value if name == "identity" else [np.asarray(value[0]), np.asarray(value[1])]
+
+
+def rpy2_rows(x, chunks, df, want, quick, repeats, samples, wrong):
     rpy2_init()
     calls = {
         "trivial": lambda: rpy2_call("trivial", 1.0),
@@ -255,17 +311,29 @@ def rpy2_rows(x, chunks, want, quick, repeats, samples, wrong):
         "map_serial": lambda: [rpy2_call("mapped", c) for c in chunks],
     }
     measure("rpy2", calls, want, quick, repeats, samples, wrong)
+    plain = df.copy()
+    frame_calls = {"df_summary": lambda: rpy2_frame_call("summary", plain),
+                   "df_trip": lambda: rpy2_frame_call("identity", plain)}
+    measure("rpy2-hand", frame_calls, want, quick, repeats, samples, wrong)
+    if not quick:
+        # pandas2ri takes seconds a call: two samples of one call each.
+        frame_calls = {"df_summary": lambda: rpy2_pandas_call("summary", plain),
+                       "df_trip": lambda: rpy2_pandas_call("identity", plain)}
+        measure("rpy2", frame_calls, want, quick, min(repeats, 2), samples, wrong)
 
 
-def ppe_rows(x, chunks, want, quick, repeats, samples, wrong):
+def ppe_rows(x, chunks, df, want, quick, repeats, samples, wrong):
     context = multiprocessing.get_context("spawn")
     plain = [np.array(c) for c in chunks]
+    plain_df = df.copy()
     with cf.ProcessPoolExecutor(1, mp_context=context, initializer=rpy2_init) as pool:
         pool.submit(rpy2_call, "trivial", 1.0).result()
         calls = {
             "trivial": lambda: pool.submit(rpy2_call, "trivial", 1.0).result(),
             "vec_sum": lambda: pool.submit(rpy2_call, "sum", np.asarray(x)).result(),
             "vec_x2": lambda: pool.submit(rpy2_call, "x2", np.asarray(x)).result(),
+            "df_summary": lambda: pool.submit(rpy2_frame_call, "summary", plain_df).result(),
+            "df_trip": lambda: pool.submit(rpy2_frame_call, "identity", plain_df).result(),
         }
         measure("ppe-rpy2", calls, want, quick, repeats, samples, wrong)
     with cf.ProcessPoolExecutor(2, mp_context=context, initializer=rpy2_init) as pool:
@@ -365,9 +433,9 @@ def main(argv=None):
     mizu_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
     systems = ["mizu"]
     if rpy2_available():
-        rpy2_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
-        ppe_rows(x, chunks, want, args.quick, args.repeats, samples, wrong)
-        systems += ["rpy2", "ppe-rpy2", "ppe-rpy2 c1", "ppe-rpy2 c50"]
+        rpy2_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
+        ppe_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
+        systems += ["rpy2", "rpy2-hand", "ppe-rpy2", "ppe-rpy2 c1", "ppe-rpy2 c50"]
     r_rows(args.quick, args.repeats, samples)
     systems += ["mclapply", "R"]
     progress("mizu: memory of 4 workers reading one array")
