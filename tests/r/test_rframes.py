@@ -233,14 +233,35 @@ def test_series_become_vectors(r):
     assert r.submit("function(x) x", pd.Series([1.5, 2.5])).result().tolist() == [1.5, 2.5]
 
 
-def test_frame_columns_in_the_arena_are_not_copied(r):
+def _rss_anon_kb(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssAnon:"))
+
+
+def test_frame_columns_in_the_arena_cross_both_ways_without_a_copy(r):
     n = 1_000_000
     a, b = mizu.empty(n), mizu.empty(n, dtype=np.int32)
     a[:], b[:] = np.arange(n) * 0.5, np.arange(n, dtype=np.int32)
     df = pd.DataFrame({"a": a, "b": b}, copy=False)
-    got = r.submit("""function(df) { before <- mizu:::view_counters(reset = TRUE)
-        c(sum(df$a), sum(as.numeric(df$b)), mizu:::view_counters()[["copies"]]) }""", df).result()
-    assert got.tolist() == [a.sum(), float(b.astype(np.int64).sum()), 0]
+    pid = r.submit("function() { gc(); Sys.getpid() }").result()
+    before = _rss_anon_kb(pid)
+    # The 12 MB of columns are read through the shared pages: R's private memory does not grow by them.
+    read = r.submit("function(df) { s <- c(sum(df$a), sum(df$b)); gc(); s }", df).result()
+    assert read.tolist() == [a.sum(), float(b.astype(np.int64).sum())] and _rss_anon_kb(pid) - before < 4096
+    r.submit("function() mizu:::view_counters(reset = TRUE)").result()
+    got = r.submit("function(df) c(colMeans(df), mizu:::view_counters()[['mapped_vectors']])", df).result()
+    assert got.tolist() == [a.mean(), b.mean(), 2]
+    back = r.submit(IDENTITY, df).result()
+    assert np.shares_memory(back["a"].to_numpy(), a) and np.shares_memory(back["b"].to_numpy(), b)
+    changed = r.submit("function(df) { df$a[1] <- -1; df }", df).result()
+    assert changed["a"][0] == -1 and a[0] == 0 and not np.shares_memory(changed["a"].to_numpy(), a)
+    block = mizu.arena_block(b)[0]
+    del back, changed
+    b[5] = INT32_MIN
+    with pytest.raises(ValueError, match="-2147483648"):
+        r.submit(IDENTITY, df).result()
+    r.submit("function() gc()").result()
+    assert block.refs == 1
 
 
 # -- the data sets R ships, against Rscript ------------------------------------------------------

@@ -1,11 +1,13 @@
 #include "altrep.hpp"
 
 #include <R_ext/Altrep.h>
+#include <R_ext/Rallocators.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 
 namespace mizu::r {
 
@@ -231,6 +233,70 @@ const MappedBlock* view_block(SEXP x) noexcept {
 bool view_written(SEXP x) noexcept {
     View* view = is_view(x) ? view_of(x) : nullptr;
     return view && view->written();
+}
+
+namespace {
+
+// What a mapped vector's allocator carries: its mapping. Each is R's from
+// the allocation on, until R frees the vector.
+struct MappedVector {
+    std::unique_ptr<MappedBlock> block;
+};
+
+// The mapped vectors R holds, by their data; and the one being allocated,
+// which a failed allocation leaves behind for the next to free.
+std::unordered_map<const void*, MappedVector*>& mapped_vectors() {
+    static auto* all = new std::unordered_map<const void*, MappedVector*>;
+    return *all;
+}
+MappedVector* allocating = nullptr;
+
+// R asks for its copy of the allocator, the vector's header and the data,
+// in that order: the data must come out at the block's bytes.
+void* place_vector(R_allocator_t* allocator, std::size_t size) {
+    auto* v = static_cast<MappedVector*>(allocator->data);
+    std::size_t data_bytes = (v->block->size() + 7) / 8 * 8;  // R's VECRECs
+    std::size_t header = size - data_bytes;
+    if (size < data_bytes || header > 4096) return nullptr;
+    allocating = nullptr;
+    mapped_vectors()[v->block->data()] = v;
+    return v->block->data() - header;
+}
+
+void free_vector(R_allocator_t* allocator, void*) {
+    auto* v = static_cast<MappedVector*>(allocator->data);
+    mapped_vectors().erase(v->block->data());
+    delete v;
+}
+
+MappedVector* mapped_vector_of(SEXP x) noexcept {
+    if (ALTREP(x) || !has_view_class(TYPEOF(x)) || XLENGTH(x) == 0) return nullptr;
+    auto& all = mapped_vectors();
+    auto found = all.find(standard_data(x));
+    return found == all.end() ? nullptr : found->second;
+}
+
+}  // namespace
+
+SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source) {
+    delete allocating;
+    allocating = nullptr;
+    // R's header (and its copy of the allocator) go in the room.
+    allocating = new MappedVector{std::make_unique<MappedBlock>(source, 512)};
+    R_allocator_t allocator{place_vector, free_vector, nullptr, allocating};
+    SEXP x = Rf_allocVector3(type, length, &allocator);
+    ++counters.mapped_vectors;
+    return x;
+}
+
+const MappedBlock* mapped_vector_block(SEXP x) noexcept {
+    MappedVector* v = mapped_vector_of(x);
+    return v ? v->block.get() : nullptr;
+}
+
+bool mapped_vector_written(SEXP x) noexcept {
+    MappedVector* v = mapped_vector_of(x);
+    return v && v->block->written();
 }
 
 ViewCounters& view_counters() noexcept { return counters; }

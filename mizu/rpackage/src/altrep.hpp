@@ -35,6 +35,21 @@ const MappedBlock* view_block(SEXP x) noexcept;
 // block's (for a view, false).
 bool view_written(SEXP x) noexcept;
 
+// An ordinary R vector (no ALTREP object) of `type` and `length` whose
+// data is the bytes of `source`, mapped privately, through R's custom
+// allocators (allocVector3): R reads it at full speed everywhere, also
+// element by element, and R's writes land in private pages as a view's
+// do. R's garbage collector unmaps it and drops the block's reference.
+// Unprotected; may fail with an R error (out of memory) or throw as
+// MappedBlock does. For vectors of more than 1 KiB, which R allocates
+// through an allocator.
+SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source);
+
+// The block a vector from new_mapped_vector maps, or null if x is none;
+// and whether R wrote to it.
+const MappedBlock* mapped_vector_block(SEXP x) noexcept;
+bool mapped_vector_written(SEXP x) noexcept;
+
 // Counts since the process started (or the last reset), for tests and
 // debugging. R duplicates a vector before it modifies one that is shared:
 // a view never written to is duplicated as a new view of its block
@@ -42,6 +57,7 @@ bool view_written(SEXP x) noexcept;
 // counts R's requests for a pointer it may write through, which R makes to
 // read as well, and which cost nothing until a page is written.
 struct ViewCounters {
+    uint64_t mapped_vectors = 0;  // new_mapped_vector's
     uint64_t made = 0;
     uint64_t released = 0;
     uint64_t copies = 0;

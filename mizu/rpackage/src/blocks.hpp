@@ -81,8 +81,10 @@ class MappedBlock {
 public:
     // Takes `source`'s reference (see BlockHold) and maps the pages under
     // its [start, start + nbytes), which must lie in the block and must not
-    // be empty.
-    explicit MappedBlock(const BlockSource& source);
+    // be empty. With `room` (at most a page), the mapping begins with a
+    // page of private memory, so that at least that many writable bytes
+    // precede data() (an R vector's header, see altrep.hpp).
+    explicit MappedBlock(const BlockSource& source, std::size_t room = 0);
     ~MappedBlock();
     MappedBlock(const MappedBlock&) = delete;
     MappedBlock& operator=(const MappedBlock&) = delete;
@@ -106,6 +108,7 @@ private:
     BlockHold hold_;
     void* mapping_;
     std::size_t mapping_size_;
+    std::size_t room_;  // bytes of private memory the mapping begins with
     char* data_;
     uint64_t start_;
     uint64_t size_;

@@ -601,8 +601,17 @@ private:
         bool integer64 = integer64_column(a);
         if (integer64) plan = ArrayPlan{Element::f8, REALSXP, plan.swap, !plan.swap};
         R_xlen_t count = element_count(a);
-        if (may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
-            uint64_t(count) * a.itemsize > kViewMinBytes) {
+        bool viewable = may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
+                        uint64_t(count) * a.itemsize > kViewMinBytes;
+        if (viewable && column_) {
+            // A frame's column: an ordinary vector over the block, which R's
+            // data frame code (as.matrix, unlist) reads at full speed.
+            SEXP out = mapped_vector(plan.type, a, count, integer64);
+            SET_VECTOR_ELT(parent, i, out);
+            if (integer64) set_class(out, "integer64");
+            return;
+        }
+        if (viewable) {
             SEXP view = new_view(plan.type);
             SET_VECTOR_ELT(parent, i, view);
             fill_view(view, a, count, integer64);
@@ -620,6 +629,17 @@ private:
         else
             copy_from_block(dst, a, plan, count);
         if (integer64) refuse_na_integer64(static_cast<const char*>(dst), count);
+    }
+
+    SEXP mapped_vector(SEXPTYPE type, const ArrayHeader& a, R_xlen_t count, bool integer64) {
+        BlockSource source = resolver_.resolve(a.buffer, a.extent);
+        source.nbytes = uint64_t(count) * a.itemsize;
+        SEXP out = new_mapped_vector(type, count, source);
+        // As fill_view checks; a vector refused is left to the collector.
+        const char* data = static_cast<const char*>(standard_data(out));
+        if (type == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(data), count);
+        if (integer64) refuse_na_integer64(data, count);
+        return out;
     }
 
     void fill_view(SEXP view, const ArrayHeader& a, R_xlen_t count, bool integer64) {

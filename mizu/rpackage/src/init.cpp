@@ -199,7 +199,8 @@ SEXP mizu_view_info(SEXP x) {
 
 SEXP mizu_view_counters(SEXP reset) {
     ViewCounters& c = view_counters();
-    SEXP out = named_numbers({{"made", double(c.made)},
+    SEXP out = named_numbers({{"mapped_vectors", double(c.mapped_vectors)},
+                              {"made", double(c.made)},
                               {"released", double(c.released)},
                               {"copies", double(c.copies)},
                               {"remaps", double(c.remaps)},

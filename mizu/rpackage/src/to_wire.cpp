@@ -543,7 +543,12 @@ private:
         Shape shape = shape_of(x);
         std::size_t nbytes = std::size_t(XLENGTH(x)) * sizeof(T);
         const MappedBlock* view = view_block(x);
-        if (view && nbytes > options_.inline_limit && view->size() == nbytes && !view_written(x)) {
+        bool written = view ? view_written(x) : false;
+        if (!view) {
+            view = mapped_vector_block(x);
+            written = view && mapped_vector_written(x);
+        }
+        if (view && nbytes > options_.inline_limit && view->size() == nbytes && !written) {
             ArrayHeader h = header(shape, kind, sizeof(T));
             h.storage = wire::Storage::arena;
             out_.share(*view, h.buffer);
