@@ -255,6 +255,13 @@ def test_frame_columns_in_the_arena_cross_both_ways_without_a_copy(r):
     assert np.shares_memory(back["a"].to_numpy(), a) and np.shares_memory(back["b"].to_numpy(), b)
     changed = r.submit("function(df) { df$a[1] <- -1; df }", df).result()
     assert changed["a"][0] == -1 and a[0] == 0 and not np.shares_memory(changed["a"].to_numpy(), a)
+    # A column whose bytes are not 8-byte aligned in their block is a view instead, as cheap to send.
+    odd = mizu.empty(n + 1, dtype=np.int32)[1:]
+    odd[:] = b
+    r.submit("function() mizu:::view_counters(reset = TRUE)").result()
+    got = r.submit("function(df) c(sum(as.numeric(df$o)), unlist(mizu:::view_counters()[c('mapped_vectors', 'made')]))",
+                   pd.DataFrame({"o": odd}, copy=False)).result()
+    assert got.tolist() == [float(b.astype(np.int64).sum()), 0, 1]
     block = mizu.arena_block(b)[0]
     del back, changed
     b[5] = INT32_MIN

@@ -251,22 +251,33 @@ std::unordered_map<const void*, MappedVector*>& mapped_vectors() {
 }
 MappedVector* allocating = nullptr;
 
+// Room before a mapped vector's data for R's header and its copy of the
+// allocator (80 bytes in R 4.2).
+constexpr std::size_t kVectorRoom = 512;
+
 // R asks for its copy of the allocator, the vector's header and the data,
-// in that order: the data must come out at the block's bytes.
-void* place_vector(R_allocator_t* allocator, std::size_t size) {
+// in that order: the data must come out at the block's bytes. Called
+// inside R's allocation, so it neither allocates nor throws.
+void* place_vector(R_allocator_t* allocator, std::size_t size) noexcept {
     auto* v = static_cast<MappedVector*>(allocator->data);
     std::size_t data_bytes = (v->block->size() + 7) / 8 * 8;  // R's VECRECs
-    std::size_t header = size - data_bytes;
-    if (size < data_bytes || header > 4096) return nullptr;
+    if (size < data_bytes || size - data_bytes > kVectorRoom) return nullptr;
     allocating = nullptr;
-    mapped_vectors()[v->block->data()] = v;
-    return v->block->data() - header;
+    return v->block->data() - (size - data_bytes);
 }
 
-void free_vector(R_allocator_t* allocator, void*) {
+void free_vector(R_allocator_t* allocator, void*) noexcept {
     auto* v = static_cast<MappedVector*>(allocator->data);
     mapped_vectors().erase(v->block->data());
     delete v;
+}
+
+// Frees what a failed allocation left behind.
+void forget_allocating() noexcept {
+    if (!allocating) return;
+    mapped_vectors().erase(allocating->block->data());
+    delete allocating;
+    allocating = nullptr;
 }
 
 MappedVector* mapped_vector_of(SEXP x) noexcept {
@@ -279,12 +290,22 @@ MappedVector* mapped_vector_of(SEXP x) noexcept {
 }  // namespace
 
 SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source) {
-    delete allocating;
-    allocating = nullptr;
-    // R's header (and its copy of the allocator) go in the room.
-    allocating = new MappedVector{std::make_unique<MappedBlock>(source, 512)};
+    forget_allocating();
+    // R writes a vector's header (after its copy of the allocator) just
+    // before its data, which must be as aligned as R's own vectors.
+    if ((source.block.offset + source.start) % alignof(double) != 0)
+        throw std::invalid_argument("a mapped vector's data must be 8-byte aligned");
+    auto v = std::make_unique<MappedVector>(MappedVector{std::make_unique<MappedBlock>(source, kVectorRoom)});
+    char* data = v->block->data();
+    mapped_vectors()[data] = v.get();
+    allocating = v.release();
     R_allocator_t allocator{place_vector, free_vector, nullptr, allocating};
     SEXP x = Rf_allocVector3(type, length, &allocator);
+    if (allocating || standard_data(x) != static_cast<void*>(data)) {
+        // R did not place it (too short a vector for an allocator).
+        forget_allocating();
+        throw std::logic_error("R allocated a mapped vector without its allocator");
+    }
     ++counters.mapped_vectors;
     return x;
 }

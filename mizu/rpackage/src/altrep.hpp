@@ -41,9 +41,17 @@ bool view_written(SEXP x) noexcept;
 // element by element, and R's writes land in private pages as a view's
 // do. R's garbage collector unmaps it and drops the block's reference.
 // Unprotected; may fail with an R error (out of memory) or throw as
-// MappedBlock does. For vectors of more than 1 KiB, which R allocates
-// through an allocator.
+// MappedBlock does, and throws std::invalid_argument unless the bytes are
+// 8-byte aligned in their segment (mapped_vector_fits). For vectors of
+// more than one element, which R allocates through an allocator.
+// allocVector3 and R_allocator_t (Rinternals.h, R_ext/Rallocators.h) are
+// R's interface for vectors in memory of a package's own.
 SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source);
+
+// Whether new_mapped_vector can map these bytes.
+inline bool mapped_vector_fits(const BlockSource& source) noexcept {
+    return (source.block.offset + source.start) % 8 == 0;
+}
 
 // The block a vector from new_mapped_vector maps, or null if x is none;
 // and whether R wrote to it.

@@ -4,6 +4,7 @@
 // outermost into a protected holder), so nothing needs to stay PROTECTed
 // across a C++ throw; code that holds a block (MappedBlock, BlockHold) runs
 // in frames of its own that call no R.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -222,7 +223,14 @@ void convert_elements(void* dst, const char* src, const ArrayHeader& a, const Ar
     case Element::i2: return gather(ints, src, a, count, [&](const char* p) { return int(load<int16_t>(p, swap)); });
     case Element::i4: return gather(ints, src, a, count, [&](const char* p) { return not_na(load<int32_t>(p, swap)); });
     case Element::u2: return gather(ints, src, a, count, [&](const char* p) { return int(load<uint16_t>(p, swap)); });
-    case Element::b1: return gather(ints, src, a, count, [](const char* p) { return int(*p != 0); });
+    case Element::b1:
+        if (a.ndim == 1 && a.strides[0] == 1) {
+            // The common case, in a loop the compiler vectorizes.
+            const auto* bytes = reinterpret_cast<const unsigned char*>(src);
+            for (R_xlen_t k = 0; k < count; ++k) ints[k] = bytes[k] != 0;
+            return;
+        }
+        return gather(ints, src, a, count, [](const char* p) { return int(*p != 0); });
     case Element::u1:
         return gather(static_cast<Rbyte*>(dst), src, a, count, [](const char* p) { return Rbyte(*p); });
     case Element::c8:
@@ -498,13 +506,18 @@ private:
         SEXP levels = VECTOR_ELT(holder, 0), codes = VECTOR_ELT(holder, 1);
         int nlevels = int(XLENGTH(levels));
         int* code = INTEGER(codes);
-        for (R_xlen_t k = 0, n = XLENGTH(codes); k < n; ++k) {
-            if (code[k] < -1 || code[k] >= nlevels)
-                throw std::invalid_argument("a factor at byte " + std::to_string(at) + " holds the code " +
-                                            std::to_string(code[k]) + " of its " + std::to_string(nlevels) +
-                                            " levels");
-            code[k] = code[k] < 0 ? NA_INTEGER : code[k] + 1;
+        R_xlen_t n = XLENGTH(codes);
+        // Checked in one pass and converted in another, both vectorized.
+        int low = 0, high = -1;
+        for (R_xlen_t k = 0; k < n; ++k) {
+            low = std::min(low, code[k]);
+            high = std::max(high, code[k]);
         }
+        if (low < -1 || high >= nlevels)
+            throw std::invalid_argument("a factor at byte " + std::to_string(at) + " holds the code " +
+                                        std::to_string(low < -1 ? low : high) + " of its " +
+                                        std::to_string(nlevels) + " levels");
+        for (R_xlen_t k = 0; k < n; ++k) code[k] = code[k] < 0 ? NA_INTEGER : code[k] + 1;
         Rf_setAttrib(codes, R_LevelsSymbol, levels);
         if (ordered)
             set_class(codes, "ordered", "factor");
@@ -603,18 +616,31 @@ private:
         R_xlen_t count = element_count(a);
         bool viewable = may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
                         uint64_t(count) * a.itemsize > kViewMinBytes;
-        if (viewable && column_) {
-            // A frame's column: an ordinary vector over the block, which R's
-            // data frame code (as.matrix, unlist) reads at full speed.
-            SEXP out = mapped_vector(plan.type, a, count, integer64);
-            SET_VECTOR_ELT(parent, i, out);
-            if (integer64) set_class(out, "integer64");
-            return;
-        }
         if (viewable) {
-            SEXP view = new_view(plan.type);
-            SET_VECTOR_ELT(parent, i, view);
-            fill_view(view, a, count, integer64);
+            // A frame's column is an ordinary vector over the block, which
+            // R's data frame code (as.matrix, unlist) reads at full speed;
+            // any other array (or an unaligned column) a view. The view is
+            // made before the block is taken, so that R failing to make it
+            // leaves the reference to the message.
+            SEXP view = R_NilValue;
+            if (!column_) {
+                view = new_view(plan.type);
+                SET_VECTOR_ELT(parent, i, view);
+            }
+            BlockSource source = resolver_.resolve(a.buffer, a.extent);
+            source.nbytes = uint64_t(count) * a.itemsize;
+            if (column_ && mapped_vector_fits(source)) {
+                SEXP out = mapped_vector(plan.type, source, count, integer64);
+                SET_VECTOR_ELT(parent, i, out);
+                set_dims(out, a);
+                if (integer64) set_class(out, "integer64");
+                return;
+            }
+            if (column_) {
+                view = new_view(plan.type);
+                SET_VECTOR_ELT(parent, i, view);
+            }
+            fill_view(view, source, count, integer64);
             set_dims(view, a);
             if (integer64) set_class(view, "integer64");
             return;
@@ -631,9 +657,7 @@ private:
         if (integer64) refuse_na_integer64(static_cast<const char*>(dst), count);
     }
 
-    SEXP mapped_vector(SEXPTYPE type, const ArrayHeader& a, R_xlen_t count, bool integer64) {
-        BlockSource source = resolver_.resolve(a.buffer, a.extent);
-        source.nbytes = uint64_t(count) * a.itemsize;
+    SEXP mapped_vector(SEXPTYPE type, const BlockSource& source, R_xlen_t count, bool integer64) {
         SEXP out = new_mapped_vector(type, count, source);
         // As fill_view checks; a vector refused is left to the collector.
         const char* data = static_cast<const char*>(standard_data(out));
@@ -642,9 +666,7 @@ private:
         return out;
     }
 
-    void fill_view(SEXP view, const ArrayHeader& a, R_xlen_t count, bool integer64) {
-        BlockSource source = resolver_.resolve(a.buffer, a.extent);
-        source.nbytes = uint64_t(count) * a.itemsize;
+    void fill_view(SEXP view, const BlockSource& source, R_xlen_t count, bool integer64) {
         auto block = std::make_unique<MappedBlock>(source);
         if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->data()), count);
         if (integer64) refuse_na_integer64(block->data(), count);

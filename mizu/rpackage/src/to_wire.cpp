@@ -96,10 +96,27 @@ void for_each_region(SEXP x, Each each) {
     }
 }
 
+// Whether any element is NA: a pass without early exits, which the
+// compiler vectorizes.
 bool has_na_int(SEXP x) {
     bool found = false;
     for_each_region<int>(x, [&](const int* p, R_xlen_t, R_xlen_t count) {
-        for (R_xlen_t j = 0; j < count && !found; ++j) found = p[j] == NA_INTEGER;
+        bool here = false;
+        for (R_xlen_t j = 0; j < count; ++j) here |= p[j] == NA_INTEGER;
+        found |= here;
+    });
+    return found;
+}
+
+// R's NA_real_ is one NaN among many: only NaNs need R_IsNA's look.
+bool is_na_real(double v) noexcept { return std::isnan(v) && R_IsNA(v); }
+
+bool has_na_real(SEXP x) {
+    bool found = false;
+    for_each_region<double>(x, [&](const double* p, R_xlen_t, R_xlen_t count) {
+        bool nan = false;
+        for (R_xlen_t j = 0; j < count; ++j) nan |= std::isnan(p[j]);
+        for (R_xlen_t j = 0; nan && j < count && !found; ++j) found = is_na_real(p[j]);
     });
     return found;
 }
@@ -232,7 +249,7 @@ private:
                 times(x, wire::Typed::date, 1.0);
                 return;
             }
-            if (has_na_int(x))
+            if (!unwritten_block(x, sizeof(int)) && has_na_int(x))
                 put_masked_array(x, 'i', 4);
             else
                 numbers<int>(x, 'i');
@@ -282,12 +299,17 @@ private:
         put_array(x, shape_of(x), 'i', 4, [&](char* dst) {
             for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
                 int* out = reinterpret_cast<int*>(dst) + first;
+                // NA (INT_MIN) becomes -1 and every code one less; then one
+                // vectorized check of the range.
+                int low = 0, high = -1;
                 for (R_xlen_t j = 0; j < count; ++j) {
-                    if (p[j] != NA_INTEGER && (p[j] < 1 || p[j] > nlevels))
-                        throw std::invalid_argument("a factor holds the code " + std::to_string(p[j]) + " beyond its " +
-                                                    std::to_string(nlevels) + " levels");
                     out[j] = p[j] == NA_INTEGER ? -1 : p[j] - 1;
+                    low = std::min(low, p[j] == NA_INTEGER ? 0 : p[j] - 1);
+                    high = std::max(high, out[j]);
                 }
+                if (low < 0 || high >= nlevels)
+                    throw std::invalid_argument("a factor holds the code " + std::to_string((low < 0 ? low : high) + 1) +
+                                                " beyond its " + std::to_string(nlevels) + " levels");
             });
         });
     }
@@ -344,9 +366,15 @@ private:
 
     // bit64's integer64: int64 in a double's bytes, NA_integer64_ missing.
     void integer64(SEXP x) {
+        if (unwritten_block(x, sizeof(double))) {
+            numbers<double>(x, 'i');
+            return;
+        }
         bool any_na = false;
         for_each_region<double>(x, [&](const double* p, R_xlen_t, R_xlen_t count) {
-            for (R_xlen_t j = 0; j < count && !any_na; ++j) any_na = bits_of(p[j]) == wire::kMissingTime;
+            bool here = false;
+            for (R_xlen_t j = 0; j < count; ++j) here |= bits_of(p[j]) == wire::kMissingTime;
+            any_na |= here;
         });
         if (!any_na) {
             numbers<double>(x, 'i');
@@ -370,11 +398,7 @@ private:
 
     // A double column: NA (R_IsNA, not every NaN) makes it a masked array.
     void doubles(SEXP x) {
-        bool any_na = false;
-        for_each_region<double>(x, [&](const double* p, R_xlen_t, R_xlen_t count) {
-            for (R_xlen_t j = 0; j < count && !any_na; ++j) any_na = R_IsNA(p[j]);
-        });
-        if (!any_na) {
+        if (unwritten_block(x, sizeof(double)) || !has_na_real(x)) {
             numbers<double>(x, 'f');
             return;
         }
@@ -382,10 +406,10 @@ private:
         put_array(x, shape_of(x), 'f', 8, [&](char* dst) {
             for_each_region<double>(x, [&](const double* p, R_xlen_t first, R_xlen_t count) {
                 double* out = reinterpret_cast<double*>(dst) + first;
-                for (R_xlen_t j = 0; j < count; ++j) out[j] = R_IsNA(p[j]) ? 0.0 : p[j];
+                for (R_xlen_t j = 0; j < count; ++j) out[j] = is_na_real(p[j]) ? 0.0 : p[j];
             });
         });
-        put_na_mask(x, [](double v) { return R_IsNA(v) != 0; });
+        put_na_mask(x, is_na_real);
     }
 
     template <class Missing>
@@ -540,22 +564,29 @@ private:
     // block R never wrote to goes back as that block, uncopied.
     template <class T>
     void numbers(SEXP x, char kind) {
-        Shape shape = shape_of(x);
-        std::size_t nbytes = std::size_t(XLENGTH(x)) * sizeof(T);
-        const MappedBlock* view = view_block(x);
-        bool written = view ? view_written(x) : false;
-        if (!view) {
-            view = mapped_vector_block(x);
-            written = view && mapped_vector_written(x);
-        }
-        if (view && nbytes > options_.inline_limit && view->size() == nbytes && !written) {
-            ArrayHeader h = header(shape, kind, sizeof(T));
+        if (const MappedBlock* block = unwritten_block(x, sizeof(T))) {
+            ArrayHeader h = header(shape_of(x), kind, sizeof(T));
             h.storage = wire::Storage::arena;
-            out_.share(*view, h.buffer);
+            out_.share(*block, h.buffer);
             w_.put_array(h);
             return;
         }
-        put_array(x, shape, kind, sizeof(T), [&](char* dst) { copy_elements<T>(x, dst); });
+        put_array(x, shape_of(x), kind, sizeof(T), [&](char* dst) { copy_elements<T>(x, dst); });
+    }
+
+    // The block whose bytes x's elements of itemsize are, unwritten, if x
+    // is a view or mapped vector of more than the inline limit, else null.
+    // Such a vector holds what its sender sent: it needs no look for NA.
+    const MappedBlock* unwritten_block(SEXP x, std::size_t itemsize) const noexcept {
+        std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
+        if (nbytes <= options_.inline_limit) return nullptr;
+        const MappedBlock* block = view_block(x);
+        bool written = block ? view_written(x) : false;
+        if (!block) {
+            block = mapped_vector_block(x);
+            written = block && mapped_vector_written(x);
+        }
+        return block && !written && block->size() == nbytes ? block : nullptr;
     }
 
     template <class T>
@@ -568,7 +599,7 @@ private:
     // Logicals as numpy bools; NA as false.
     void logical_values(SEXP x, char* dst) {
         for_each_region<int>(x, [&](const int* p, R_xlen_t first, R_xlen_t count) {
-            for (R_xlen_t j = 0; j < count; ++j) dst[first + j] = char(p[j] != 0 && p[j] != NA_LOGICAL);
+            for (R_xlen_t j = 0; j < count; ++j) dst[first + j] = char((p[j] != 0) & (p[j] != NA_LOGICAL));
         });
     }
 
