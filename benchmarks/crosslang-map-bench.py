@@ -2,8 +2,8 @@
 
 Rows: a trivial R call's round trip; sum(x) and x * 2 of a 1e6-element
 float64 array (x * 2 coming back included); a map of an R function over
-1,000 chunks of 1,000 doubles with 2 workers (serially where a system has
-no pool); colMeans and table() on a 1e6-row data frame (two float64
+1,000 chunks of 1,000 doubles with 2 and 4 workers (serially where a
+system has no pool); colMeans and table() on a 1e6-row data frame (two float64
 columns, an int32, a bool, a 10-level categorical), and that frame's round
 trip through function(df) df; and the memory that 4 R workers add while
 each reads one 1 GB array. Systems: mizu.RExecutor on mizu.empty arrays
@@ -14,8 +14,12 @@ converter context per call as rpy2's documentation does; rpy2-hand, the
 frames converted by hand at rpy2's C level (one copy a column, compact
 row names); a spawn ProcessPoolExecutor whose workers call R through rpy2
 (its map at chunksize 1 and 50; frames converted by hand in the worker);
-parallel::mclapply with 2 cores, timed inside R; and R alone, the same
-computations timed inside one Rscript on R's own vectors.
+parallel::mclapply with 2 and 4 cores, timed inside R; Rscript started
+for each call (the trivial call, and sum with its vector read from a file,
+as writeBin/readBin do; up to 3 samples); and R alone, the same
+computations timed inside one Rscript on R's own vectors. A last line
+gives the private memory one R worker adds while it holds and has read
+the frame's float64 and int32 columns.
 rpy2 rows need ``pip install rpy2 'rpy2-rinterface<3.6.6'`` with Debian's
 R 4.2 (newer rinterface calls R 4.5's API); without it they are left out.
 
@@ -60,6 +64,7 @@ ROWS = [
     ("vec_sum", "sum(x), 1e6 doubles", "ms", 1e3),
     ("vec_x2", "x * 2, 1e6 doubles, result back", "ms", 1e3),
     ("map_2w", "map over 1,000 chunks of 1,000, 2 workers", "ms", 1e3),
+    ("map_4w", "the same map, 4 workers", "ms", 1e3),
     ("map_serial", "the same map, serially in one R", "ms", 1e3),
     ("df_summary", "colMeans + table, 1e6-row frame", "ms", 1e3),
     ("df_trip", "the frame's round trip", "ms", 1e3),
@@ -110,6 +115,7 @@ def frame():
 def expected(x, chunks, df):
     return {"trivial": 1.0, "vec_sum": x.sum(), "vec_x2": x * 2,
             "map_2w": [np.sqrt(np.abs(c)).sum() for c in chunks],
+            "map_4w": [np.sqrt(np.abs(c)).sum() for c in chunks],
             "df_summary": [df[["a", "b", "i"]].mean().to_numpy(), df["f"].value_counts(sort=False).to_numpy()],
             "df_trip": df}
 
@@ -126,7 +132,7 @@ def check(name, row, got, want):
             ok = False
     elif row == "df_summary":
         ok = np.allclose(np.ravel(got[0]), want[0], rtol=1e-9) and np.array_equal(np.ravel(got[1]), want[1])
-    elif row == "map_2w" or row == "map_serial":
+    elif row in ("map_2w", "map_4w", "map_serial"):
         ok = len(got) == len(want) and np.allclose(np.ravel(got), want, rtol=1e-9)
     else:
         ok = np.allclose(np.ravel(got), np.ravel(want), rtol=1e-9)
@@ -151,6 +157,24 @@ def mizu_rows(x, chunks, df, want, quick, repeats, samples, wrong):
     with mizu.RExecutor(2) as r:
         list(r.map(MAPPED, chunks[:8]))
         measure("mizu", {"map_2w": lambda: list(r.map(MAPPED, chunks))}, want, quick, repeats, samples, wrong)
+    with mizu.RExecutor(4) as r:
+        list(r.map(MAPPED, chunks[:8]))
+        measure("mizu", {"map_4w": lambda: list(r.map(MAPPED, chunks))}, want, quick, repeats, samples, wrong)
+
+
+def frame_memory_row(df):
+    """MB an R worker's private memory grows by while it holds and has read the frame's float64 and int32 columns."""
+    columns = df[["a", "b", "i"]]
+    with mizu.RExecutor(1) as r:
+        pid = int(r.submit("function() { gc(); Sys.getpid() }").result())
+        time.sleep(0.5)  # the worker gives back what it freed after an idle slice
+        before, _ = memory_mb(pid)
+        read = r.submit("function(df) { s <- sum(df$a) + sum(df$b) + sum(as.numeric(df$i)); gc(); s }", columns)
+        total = read.result()
+        time.sleep(0.5)
+        after, _ = memory_mb(pid)
+    ok = np.isclose(total, columns["a"].sum() + columns["b"].sum() + float(columns["i"].sum()), rtol=1e-9)
+    return after - before, columns.memory_usage(index=False).sum() / 1e6, ok
 
 
 def measure(name, calls, want, quick, repeats, samples, wrong):
@@ -342,6 +366,12 @@ def ppe_rows(x, chunks, df, want, quick, repeats, samples, wrong):
             measure(f"ppe-rpy2 c{chunksize}",
                     {"map_2w": lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))},
                     want, quick, repeats, samples, wrong)
+    with cf.ProcessPoolExecutor(4, mp_context=context, initializer=rpy2_init) as pool:
+        list(pool.map(rpy2_call, ["trivial"] * 8, [1.0] * 8))
+        for chunksize in (1, 50):
+            measure(f"ppe-rpy2 c{chunksize}",
+                    {"map_4w": lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))},
+                    want, quick, repeats, samples, wrong)
 
 
 # -- R alone, and mclapply ----------------------------------------------------------------------
@@ -377,6 +407,8 @@ for (name in names(rows))
     cat("R", name, vapply(seq_len(repeats), function(i) per_call(rows[[name]]), 0), "\n")
 mc <- function() parallel::mclapply(chunks, mapped, mc.cores = 2L)
 cat("mclapply", "map_2w", vapply(seq_len(repeats), function(i) per_call(mc), 0), "\n")
+mc4 <- function() parallel::mclapply(chunks, mapped, mc.cores = 4L)
+cat("mclapply", "map_4w", vapply(seq_len(repeats), function(i) per_call(mc4), 0), "\n")
 """
 
 
@@ -392,6 +424,32 @@ def r_rows(quick, repeats, samples):
         samples[(row, name)] = [float(v) for v in values]
 
 
+# -- Rscript per call ---------------------------------------------------------------------------
+
+RSCRIPT_CALL = r"""
+args <- commandArgs(TRUE)
+x <- if (args[[1L]] == "-") 1 else readBin(args[[1L]], "double", as.integer(args[[2L]]))
+cat(format((%s)(x), digits = 17))
+"""
+
+
+def rscript_rows(x, want, quick, repeats, samples, wrong):
+    """Rscript started for each call, its argument through a file (the page cache) as writeBin/readBin read it."""
+    import tempfile
+
+    rscript = shutil.which("Rscript") or "Rscript"
+    with tempfile.NamedTemporaryFile(suffix=".bin") as data:
+        np.asarray(x, dtype="<f8").tofile(data.name)
+
+        def call(fn, path):
+            out = subprocess.run([rscript, "--vanilla", "-e", RSCRIPT_CALL % fn, path, str(x.size)],
+                                 capture_output=True, text=True, check=True).stdout
+            return float(out)
+
+        calls = {"trivial": lambda: call("function(x) x", "-"), "vec_sum": lambda: call("sum", data.name)}
+        measure("Rscript", calls, want, quick, min(repeats, 3), samples, wrong)
+
+
 # -- the table ----------------------------------------------------------------------------------
 
 
@@ -405,7 +463,7 @@ def table(samples, systems):
             got = samples.get((row, s))
             cells.append(f"{statistics.median(got) * scale:>14.3g}" if got else f"{'':>14}")
         lines.append(f"{title:<45}{unit:>5}" + "".join(cells))
-    lines += ["", "mizu's median over each system's (below 1: mizu is faster); in both map rows, mizu's is",
+    lines += ["", "mizu's median over each system's (below 1: mizu is faster); in the serial map row, mizu's is",
               "its map with 2 workers", head.replace("unit", "    "), "-" * len(head)]
     for row, title, _, _ in ROWS:
         mine = samples.get(("map_2w" if row == "map_serial" else row, "mizu"))
@@ -436,21 +494,29 @@ def main(argv=None):
         rpy2_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
         ppe_rows(x, chunks, df, want, args.quick, args.repeats, samples, wrong)
         systems += ["rpy2", "rpy2-hand", "ppe-rpy2", "ppe-rpy2 c1", "ppe-rpy2 c50"]
+    rscript_rows(x, want, args.quick, args.repeats, samples, wrong)
     r_rows(args.quick, args.repeats, samples)
-    systems += ["mclapply", "R"]
+    systems += ["Rscript", "mclapply", "R"]
     progress("mizu: memory of 4 workers reading one array")
     gigabytes = 0.1 if args.quick else 1.0
     private, resident, machine, ok = memory_row(gigabytes)
     if not ok:
         wrong.append(("mizu", "memory"))
+    progress("mizu: memory of a worker reading the frame")
+    frame_private, frame_columns, ok = frame_memory_row(df)
+    if not ok:
+        wrong.append(("mizu", "frame memory"))
     print(f"crosslang-map-bench: medians of {args.repeats}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     print(table(samples, systems))
     print(f"\n4 R workers each holding and having read one {gigabytes:g} GB mizu.empty array add "
           f"{private:.1f} MB of private memory and {machine:.1f} MB to the machine's memory in use "
           f"(their resident memory, shared pages included, grows by {resident:.0f} MB)")
+    print(f"An R worker holding and having read the frame's float64 and int32 columns ({frame_columns:.0f} MB, "
+          f"in mizu.empty arrays) adds {frame_private:.1f} MB of private memory")
     if args.json:
         rows = {f"{row}/{name}": {"median": statistics.median(v), "samples": v} for (row, name), v in samples.items()}
         rows["memory"] = {"gigabytes": gigabytes, "private_mb": private, "resident_mb": resident, "machine_mb": machine}
+        rows["frame_memory"] = {"columns_mb": frame_columns, "private_mb": frame_private}
         record.write(args.json, "crosslang-map-bench", argv, args, rows=rows)
     if wrong:
         progress(f"wrong results: {wrong}")
