@@ -25,13 +25,20 @@ _MISSING_TIME = numpy.iinfo(numpy.int64).min
 _INT32_NA = numpy.iinfo(numpy.int32).min
 
 
+def _pandas():
+    """pandas, imported when a frame or Series is met (mizu does not require it)."""
+    import pandas  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    return pandas
+
+
 def _label(label):
     return label if isinstance(label, str) else str(label)
 
 
 def frame_parts(df):
     """(nrows, row names part or None, [(column name, part)]) of a DataFrame."""
-    import pandas
+    pandas = _pandas()
 
     if isinstance(df.columns, pandas.MultiIndex):
         raise TypeError("a DataFrame with MultiIndex columns has no form in R: flatten its column labels first, "
@@ -41,7 +48,7 @@ def frame_parts(df):
 
 
 def _row_names(index):
-    import pandas
+    pandas = _pandas()
 
     if isinstance(index, pandas.RangeIndex) and index.start == 0 and index.step == 1:
         return None
@@ -64,7 +71,7 @@ def _row_names(index):
 
 def column_part(series, name=None):
     """The part a Series (or a frame's column, called name) is written as."""
-    import pandas
+    pandas = _pandas()
 
     where = "a Series" if name is None else f"column {name!r}"
     dtype = series.dtype
@@ -142,7 +149,7 @@ def _objects(series, where):
         days = numpy.full(len(values), _MISSING_TIME, numpy.int64)
         days[~series.isna().to_numpy()] = numpy.array(present, dtype="datetime64[D]").view(numpy.int64)
         return ("K", "d", [days])
-    odd = next(v for v in present if not isinstance(v, str))
+    odd = next(v for v in present if not isinstance(v, (str, datetime.date)) or isinstance(v, datetime.datetime))
     raise TypeError(f"{where} holds objects such as {odd!r} (of type {type(odd).__qualname__}), which have no "
                     f"form in R: an object column must hold only str, or only datetime.date, and missing values")
 
@@ -152,7 +159,7 @@ def _objects(series, where):
 
 def typed_from_wire(kind, items):
     """The pandas (or numpy) vector a typed vector stands for."""
-    import pandas
+    pandas = _pandas()
 
     if kind in ("c", "o"):
         levels, codes = items
@@ -194,7 +201,7 @@ def _zone(name):
 
 def _strings_array(values):
     """An object array of str and None in the dtype pandas gives strings: str from pandas 3 on, object before."""
-    import pandas
+    pandas = _pandas()
 
     if int(pandas.__version__.split(".")[0]) >= 3:
         return pandas.array(values, dtype="str")
@@ -207,7 +214,7 @@ def _levels(levels):
 
 def _column(value):
     """A column read from the wire as pandas takes it: masked arrays as nullable ones."""
-    import pandas
+    pandas = _pandas()
 
     if isinstance(value, numpy.ma.MaskedArray):
         data, mask = numpy.ma.getdata(value), numpy.ma.getmaskarray(value)
@@ -221,7 +228,7 @@ def _column(value):
 
 def frame_from_wire(nrows, row_names, names, columns):
     """The DataFrame a frame record stands for."""
-    import pandas
+    pandas = _pandas()
 
     for name, column in zip(names, columns):
         if numpy.ndim(column) != 1 or len(column) != nrows:

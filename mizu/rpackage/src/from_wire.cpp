@@ -1,9 +1,10 @@
 // Wire values to R values. The walk runs inside one r_call and keeps the
 // rules of unwind.hpp: its frames hold nothing with a destructor where they
 // call R, every new R object goes into its parent list at once (the
-// outermost into a protected holder), so nothing needs to stay PROTECTed
-// across a C++ throw; code that holds a block (MappedBlock, BlockHold) runs
-// in frames of its own that call no R.
+// outermost into a protected holder), and a holder a part needs of its
+// own is unprotected by then_unprotect when a C++ exception passes; code
+// that holds a block (MappedBlock, BlockHold) runs in frames of its own
+// that call no R.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -619,9 +620,9 @@ private:
         if (viewable) {
             // A frame's column is an ordinary vector over the block, which
             // R's data frame code (as.matrix, unlist) reads at full speed;
-            // any other array (or an unaligned column) a view. The view is
-            // made before the block is taken, so that R failing to make it
-            // leaves the reference to the message.
+            // any other array (or an unaligned column) a view. Another
+            // array's view is made before the block is taken, so that R
+            // failing to make it leaves the reference to the message.
             SEXP view = R_NilValue;
             if (!column_) {
                 view = new_view(plan.type);
