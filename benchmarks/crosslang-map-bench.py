@@ -360,18 +360,12 @@ def ppe_rows(x, chunks, df, want, quick, repeats, samples, wrong):
             "df_trip": lambda: pool.submit(rpy2_frame_call, "identity", plain_df).result(),
         }
         measure("ppe-rpy2", calls, want, quick, repeats, samples, wrong)
-    with cf.ProcessPoolExecutor(2, mp_context=context, initializer=rpy2_init) as pool:
-        list(pool.map(rpy2_call, ["trivial"] * 4, [1.0] * 4))
-        for chunksize in (1, 50):
-            measure(f"ppe-rpy2 c{chunksize}",
-                    {"map_2w": lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))},
-                    want, quick, repeats, samples, wrong)
-    with cf.ProcessPoolExecutor(4, mp_context=context, initializer=rpy2_init) as pool:
-        list(pool.map(rpy2_call, ["trivial"] * 8, [1.0] * 8))
-        for chunksize in (1, 50):
-            measure(f"ppe-rpy2 c{chunksize}",
-                    {"map_4w": lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))},
-                    want, quick, repeats, samples, wrong)
+    for workers in (2, 4):
+        with cf.ProcessPoolExecutor(workers, mp_context=context, initializer=rpy2_init) as pool:
+            list(pool.map(rpy2_call, ["trivial"] * 2 * workers, [1.0] * 2 * workers))
+            for chunksize in (1, 50):
+                mapped = lambda c=chunksize: list(pool.map(rpy2_call, ["mapped"] * CHUNKS, plain, chunksize=c))
+                measure(f"ppe-rpy2 c{chunksize}", {f"map_{workers}w": mapped}, want, quick, repeats, samples, wrong)
 
 
 # -- R alone, and mclapply ----------------------------------------------------------------------

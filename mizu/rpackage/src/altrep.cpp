@@ -295,10 +295,14 @@ SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source
     // before its data, which must be as aligned as R's own vectors.
     if ((source.block.offset + source.start) % alignof(double) != 0)
         throw std::invalid_argument("a mapped vector's data must be 8-byte aligned");
-    auto v = std::make_unique<MappedVector>(MappedVector{std::make_unique<MappedBlock>(source, kVectorRoom)});
-    char* data = v->block->data();
-    mapped_vectors()[data] = v.get();
-    allocating = v.release();
+    char* data;
+    {
+        // Out of scope before R is called, which may jump.
+        auto v = std::make_unique<MappedVector>(MappedVector{std::make_unique<MappedBlock>(source, kVectorRoom)});
+        data = v->block->data();
+        mapped_vectors()[data] = v.get();
+        allocating = v.release();
+    }
     R_allocator_t allocator{place_vector, free_vector, nullptr, allocating};
     SEXP x = Rf_allocVector3(type, length, &allocator);
     if (allocating || standard_data(x) != static_cast<void*>(data)) {
