@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 #include <unordered_map>
@@ -37,15 +38,16 @@ void release_view(SEXP holder) {
     ++counters.released;
 }
 
-char* view_data(SEXP x) {
+// The bytes to read: shared until R asks for a pointer to write through.
+const char* view_bytes(SEXP x) {
     View* view = view_of(x);
     if (!view) Rf_error("a mizu view was used before it had data");
-    return view->block->data();
+    return view->block->bytes();
 }
 
 template <class T>
-T* elements(SEXP x) {
-    return reinterpret_cast<T*>(view_data(x));
+const T* elements(SEXP x) {
+    return reinterpret_cast<const T*>(view_bytes(x));
 }
 
 R_xlen_t view_length(SEXP x) {
@@ -53,18 +55,29 @@ R_xlen_t view_length(SEXP x) {
     return view ? view->length : 0;
 }
 
+// A pointer R only reads through (DATAPTR_RO, DATAPTR_OR_NULL, whose
+// results R's API types const) is to the block's shared bytes; one it may
+// write through, to the view's private pages, mapped then.
 void* dataptr(SEXP x, Rboolean writeable) {
-    char* data = view_data(x);
-    if (writeable) {
-        view_of(x)->writable = true;
+    if (!writeable) return const_cast<char*>(view_bytes(x));
+    View* view = view_of(x);
+    if (!view) Rf_error("a mizu view was used before it had data");
+    char message[256];
+    try {
+        char* data = view->block->data();
+        if (!view->writable) ++counters.private_mappings;
+        view->writable = true;
         ++counters.writable_pointers;
+        return data;
+    } catch (const std::exception& e) {
+        std::snprintf(message, sizeof message, "%s", e.what());
     }
-    return data;
+    Rf_error("%s", message);
 }
 
 const void* dataptr_or_null(SEXP x) {
     View* view = view_of(x);
-    return view ? view->block->data() : nullptr;
+    return view ? view->block->bytes() : nullptr;
 }
 
 template <class T>
@@ -139,7 +152,7 @@ SEXP duplicate(SEXP x, Rboolean) {
         }
     }
     SEXP copy = Rf_allocVector(TYPEOF(x), length);
-    if (length > 0) std::memcpy(standard_data(copy), view->block->data(), view->block->size());
+    if (length > 0) std::memcpy(standard_data(copy), view->block->bytes(), view->block->size());
     ++counters.copies;
     return copy;
 }

@@ -1,5 +1,6 @@
-// R vectors whose data is a block of a pool's shared arena, mapped privately
-// (blocks.hpp): double, integer, logical, raw and complex views.
+// R vectors whose data is a block of a pool's shared arena (blocks.hpp):
+// double, integer, logical, raw and complex views, which R reads in the
+// block's shared pages and writes in private pages mapped over it.
 //
 // altrep.cpp is the only file that uses R's ALTREP interface, which R
 // documents as experimental, so a change to it touches one file.
@@ -63,7 +64,8 @@ bool mapped_vector_written(SEXP x) noexcept;
 // a view never written to is duplicated as a new view of its block
 // (remaps), one written to by copying its bytes (copies). writable_pointers
 // counts R's requests for a pointer it may write through, which R makes to
-// read as well, and which cost nothing until a page is written.
+// read as well; private_mappings the views that mapped their pages
+// privately on the first such request (a view R only reads maps nothing).
 struct ViewCounters {
     uint64_t mapped_vectors = 0;  // new_mapped_vector's
     uint64_t made = 0;
@@ -71,6 +73,7 @@ struct ViewCounters {
     uint64_t copies = 0;
     uint64_t remaps = 0;
     uint64_t writable_pointers = 0;
+    uint64_t private_mappings = 0;
 };
 
 ViewCounters& view_counters() noexcept;

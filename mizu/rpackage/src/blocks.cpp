@@ -82,45 +82,54 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
 
 BlockHold::~BlockHold() { release_block(segment_->base(), block_.offset); }
 
-MappedBlock::MappedBlock(const BlockSource& source, std::size_t room) : hold_(source.block, source.fd) {
+MappedBlock::MappedBlock(const BlockSource& source, std::size_t room, MapWhen when)
+    : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {
     const BlockRef& block = hold_.block();
     if (source.nbytes == 0 || source.start > block.length || source.nbytes > block.length - source.start)
         throw std::invalid_argument("bytes " + std::to_string(source.start) + " to " +
                                     std::to_string(source.start + source.nbytes) + " are no part of a block of " +
                                     std::to_string(block.length) + " bytes");
-    std::size_t page = page_size();
-    if (room > page) throw std::invalid_argument("more room before a block's bytes than a page");
-    room_ = room ? page : 0;
-    uint64_t first = block.offset + source.start;
-    uint64_t map_at = first / page * page;
-    std::size_t file_size = round_up(first + source.nbytes - map_at, page);
-    mapping_size_ = room_ + file_size;
-    int fd = hold_.segment().fd();
-    if (room_) {
-        // Private memory for the room, then the file's pages over the rest.
-        mapping_ = mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mapping_ != MAP_FAILED &&
-            mmap(static_cast<char*>(mapping_) + room_, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
-                 off_t(map_at)) == MAP_FAILED) {
-            int error = errno;
-            munmap(mapping_, mapping_size_);
-            errno = error;
-            mapping_ = MAP_FAILED;
-        }
-    } else {
-        mapping_ = mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, off_t(map_at));
-    }
-    if (mapping_ == MAP_FAILED)
-        throw std::system_error(errno, std::generic_category(),
-                                "cannot map " + std::to_string(mapping_size_) + " bytes of an arena block privately");
-    data_ = static_cast<char*>(mapping_) + room_ + (first - map_at);
-    start_ = source.start;
-    size_ = source.nbytes;
+    if (room > page_size()) throw std::invalid_argument("more room before a block's bytes than a page");
+    room_ = room ? page_size() : 0;
+    if (when == MapWhen::now) map();
 }
 
-MappedBlock::~MappedBlock() { munmap(mapping_, mapping_size_); }
+void MappedBlock::map() {
+    std::size_t page = page_size();
+    uint64_t first = hold_.block().offset + start_;
+    uint64_t map_at = first / page * page;
+    std::size_t file_size = round_up(first + size_ - map_at, page);
+    std::size_t mapping_size = room_ + file_size;
+    int fd = hold_.segment().fd();
+    void* mapping;
+    if (room_) {
+        // Private memory for the room, then the file's pages over the rest.
+        mapping = mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mapping != MAP_FAILED &&
+            mmap(static_cast<char*>(mapping) + room_, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
+                 off_t(map_at)) == MAP_FAILED) {
+            int error = errno;
+            munmap(mapping, mapping_size);
+            errno = error;
+            mapping = MAP_FAILED;
+        }
+    } else {
+        mapping = mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, off_t(map_at));
+    }
+    if (mapping == MAP_FAILED)
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot map " + std::to_string(mapping_size) + " bytes of an arena block privately");
+    mapping_ = mapping;
+    mapping_size_ = mapping_size;
+    data_ = static_cast<char*>(mapping) + room_ + (first - map_at);
+}
+
+MappedBlock::~MappedBlock() {
+    if (mapping_) munmap(mapping_, mapping_size_);
+}
 
 bool MappedBlock::written() const noexcept {
+    if (!data_) return false;
 #if defined(__linux__)
     // One 64-bit entry per page: bit 63 present, 62 swapped, 61 a page of
     // the file (or shared) rather than a private copy.
@@ -161,7 +170,8 @@ std::unique_ptr<MappedBlock> MappedBlock::remap() const {
     const BlockRef& block = hold_.block();
     // The new mapping adopts this reference, taken on behalf of ours.
     retain_block(hold_.segment().base(), block.offset);
-    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_});
+    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_}, 0,
+                                         MapWhen::on_write);
 }
 
 BlockTable::BlockTable(const std::vector<messages::BufferRecord>& records, const std::vector<int>& fds) {

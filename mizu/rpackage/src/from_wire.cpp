@@ -668,9 +668,9 @@ private:
     }
 
     void fill_view(SEXP view, const BlockSource& source, R_xlen_t count, bool integer64) {
-        auto block = std::make_unique<MappedBlock>(source);
-        if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->data()), count);
-        if (integer64) refuse_na_integer64(block->data(), count);
+        auto block = std::make_unique<MappedBlock>(source, 0, MappedBlock::MapWhen::on_write);
+        if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->bytes()), count);
+        if (integer64) refuse_na_integer64(block->bytes(), count);
         attach_view(view, std::move(block), count);
     }
 

@@ -172,7 +172,7 @@ SEXP mizu_block_view(SEXP fd, SEXP arena_id, SEXP segment_id, SEXP offset, SEXP 
         source.start = 0;
         source.nbytes = elements * item;
         SEXP view = PROTECT(new_view(r_type));
-        attach_view(view, std::make_unique<MappedBlock>(source), R_xlen_t(elements));
+        attach_view(view, std::make_unique<MappedBlock>(source, 0, MappedBlock::MapWhen::on_write), R_xlen_t(elements));
         UNPROTECT(1);
         return view;
     });
@@ -204,7 +204,8 @@ SEXP mizu_view_counters(SEXP reset) {
                               {"released", double(c.released)},
                               {"copies", double(c.copies)},
                               {"remaps", double(c.remaps)},
-                              {"writable_pointers", double(c.writable_pointers)}});
+                              {"writable_pointers", double(c.writable_pointers)},
+                              {"private_mappings", double(c.private_mappings)}});
     if (Rf_asLogical(reset) == TRUE) c = ViewCounters{};
     return out;
 }

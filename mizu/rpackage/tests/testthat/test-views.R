@@ -36,6 +36,10 @@ test_that("reading a view copies nothing", {
     # range() asks for a pointer it may write through, and only reads.
     expect_gt(counts[["writable_pointers"]], 0)
     expect_false(view_info(v)$written)
+    # The others read the block's shared pages: no view maps its own.
+    counts <- counted({sum(v); v * 2; max(v); mean(v); colMeans(m); v[10:1]; v[v > 0.5]})
+    expect_equal(counts[["private_mappings"]], 0)
+    expect_identical(sum(v), sum(x))
 })
 
 test_that("subsetting a view selects what R's subsetting would", {
