@@ -15,7 +15,8 @@ namespace mizu::r {
 namespace {
 
 // What a view's data1, an external pointer, points to. data2 stays NULL:
-// the data never moves, as writes go to the mapping's private pages.
+// the data moves once, from the block's shared pages to private ones
+// mapped over it when R first asks for a pointer to write through.
 struct View {
     std::unique_ptr<MappedBlock> block;
     R_xlen_t length;
@@ -143,7 +144,7 @@ SEXP duplicate(SEXP x, Rboolean) {
         try {
             attach_view(twin, view->block->remap(), length);
         } catch (const std::exception&) {
-            remapped = false;  // no mapping to be had: copy instead
+            remapped = false;  // no reference to be had: copy instead
         }
         UNPROTECT(1);
         if (remapped) {
@@ -276,19 +277,19 @@ void* place_vector(R_allocator_t* allocator, std::size_t size) noexcept {
     std::size_t data_bytes = (v->block->size() + 7) / 8 * 8;  // R's VECRECs
     if (size < data_bytes || size - data_bytes > kVectorRoom) return nullptr;
     allocating = nullptr;
-    return v->block->data() - (size - data_bytes);
+    return v->block->mapped() - (size - data_bytes);
 }
 
 void free_vector(R_allocator_t* allocator, void*) noexcept {
     auto* v = static_cast<MappedVector*>(allocator->data);
-    mapped_vectors().erase(v->block->data());
+    mapped_vectors().erase(v->block->mapped());
     delete v;
 }
 
 // Frees what a failed allocation left behind.
 void forget_allocating() noexcept {
     if (!allocating) return;
-    mapped_vectors().erase(allocating->block->data());
+    mapped_vectors().erase(allocating->block->mapped());
     delete allocating;
     allocating = nullptr;
 }

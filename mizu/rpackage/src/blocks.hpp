@@ -1,6 +1,6 @@
 // This process's hold on blocks of other processes' arenas (csrc/arena.hpp):
-// references adopted from messages, and the private mappings that R
-// vectors view.
+// references adopted from messages, and the blocks' bytes as R vectors see
+// them: shared to read, mapped privately to write.
 //
 // Nothing here calls R, so these objects may live where R calls are not
 // (see unwind.hpp).
@@ -106,6 +106,8 @@ public:
         if (!data_) map();
         return data_;
     }
+    // The private pages, null before they are mapped.
+    char* mapped() const noexcept { return data_; }
     uint64_t size() const noexcept { return size_; }
     uint64_t start() const noexcept { return start_; }
     const BlockRef& block() const noexcept { return hold_.block(); }

@@ -69,6 +69,23 @@ test_that("writing to a view changes that view alone, in place; a shared view is
     expect_identical(w, x)
     expect_identical(y, replace(x, 2, 0))
     expect_false(is.null(view_info(y)))
+    # The first write maps the view's pages privately, once; reads see it.
+    u <- big_view(x)
+    twin <- big_view(x)
+    counts <- counted({u[5000] <- 1e9; u[6000] <- -1})
+    expect_equal(counts[["private_mappings"]], 1)
+    expect_identical(c(max(u), min(u), sum(u)), c(1e9, -1, sum(replace(x, c(5000, 6000), c(1e9, -1)))))
+    expect_identical(u[6000:4999], replace(x, c(5000, 6000), c(1e9, -1))[6000:4999])
+    expect_identical(twin, x)
+    # R reuses an unshared argument as its result: that writes privately too.
+    expect_identical(list(-big_view(x), sqrt(big_view(x)), big_view(x) + 1), list(-x, sqrt(x), x + 1))
+    for (value in list(c(seq_len(2e4), NA), rep(c(TRUE, NA), 2e4), as.raw(rep(1:3, 3e4)),
+                       complex(real = seq_len(5000)))) {
+        a <- big_view(value)
+        b <- big_view(value)
+        a[2] <- a[1]
+        expect_identical(b, value)
+    }
     # Written to, it is copied: a new view would show the block's bytes.
     z <- v
     counts <- counted(z[3] <- 0)
