@@ -52,8 +52,14 @@ enum class Status : uint8_t {
     raised = 1,    // the body is the exception the call raised
     retiring = 2,  // task_id 0, body None: max_tasks_per_child reached, the worker exits
     exiting = 3,   // task_id 0, body (stage, traceback): the worker exits on a failure
+    ready = 4,     // task_id 0, body None: the worker has started (its initializer ran) and takes tasks
 };
-constexpr uint8_t kLastStatus = uint8_t(Status::exiting);
+constexpr uint8_t kLastStatus = uint8_t(Status::ready);
+
+// Whether a result of this status is a worker's notice, which names no task.
+constexpr bool is_notice(uint8_t status) noexcept {
+    return status == uint8_t(Status::retiring) || status == uint8_t(Status::exiting) || status == uint8_t(Status::ready);
+}
 
 // The stage of an exiting worker's failure, the first item of its body.
 enum class Stage : uint8_t { initializer = 0, decoding = 1 };

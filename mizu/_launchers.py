@@ -47,6 +47,8 @@ class MultiprocessingLauncher:
         # The stdlib's rule: fork starts every worker at once; spawn and
         # forkserver, one whenever a task finds no idle worker.
         self.on_demand = method != "fork"
+        if method == "forkserver":
+            _preload_in_forkserver(context)
         # The commonest cause of a worker dying before its first task.
         self.starting_hint = "" if method == "fork" else (
             "a worker started with spawn or forkserver first imports the main module: does it start its pools "
@@ -67,6 +69,23 @@ class MultiprocessingLauncher:
         finally:
             worker_end.close()
         return process, channel
+
+
+def _preload_in_forkserver(context):
+    """Have the forkserver import mizu's worker code before it forks any worker.
+
+    The forkserver imports its preload modules once, when it starts; a
+    worker forked from it then starts with mizu loaded instead of importing
+    it again (its main module's ``import mizu`` included: the stdlib's
+    preload of ``__main__`` has no effect before Python 3.14). Once the
+    forkserver runs, a new preload takes effect only if it is restarted,
+    which mizu leaves to the program.
+    """
+    from multiprocessing import forkserver
+
+    modules = getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
+    if isinstance(modules, list) and "mizu._worker" not in modules:
+        context.set_forkserver_preload([*modules, "mizu._worker"])
 
 
 def r_string(text):

@@ -29,6 +29,7 @@ cdef enum:
     RAISED = 1
     RETIRING = 2
     EXITING = 3
+    READY = 4
     INITIALIZER = 0
     DECODING = 1
 

@@ -5,7 +5,7 @@ from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
-    "RETIRING", "SINGLE", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
+    "READY", "RETIRING", "SINGLE", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
     "encode_task",
 ]
 
@@ -19,6 +19,7 @@ INITIALIZER: int
 KEYWORDS: int
 OK: int
 RAISED: int
+READY: int
 RETIRING: int
 SINGLE: int
 INLINE: int

@@ -20,6 +20,7 @@ cdef class Worker:
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
+    cdef public bint up               # its process said it takes tasks (see Pool.pick)
 
     cdef release(self)
 
@@ -42,6 +43,8 @@ cdef class Pool:
     cdef public double task_seconds
     cdef public Py_ssize_t depth
     cdef Py_ssize_t cores               # the CPUs this process may use
+    cdef Py_ssize_t coming              # workers started that are not up yet
+    cdef Py_ssize_t reserved            # pending's first tasks, running: for workers coming (see dispatch)
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
     cdef int owner                      # the process that made the pool
     cdef object __weakref__
@@ -57,6 +60,7 @@ cdef class Pool:
     cdef int refuse_if_closed(self) except -1
     cdef void learn(self, double seconds) noexcept
     cdef dispatch(self)
+    cdef reserve(self)
     cdef bytes task_message(self, Worker worker, Cell cell, Writer& w)
     cdef Worker pick(self, Py_ssize_t depth)
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message)

@@ -43,7 +43,9 @@ it, in both directions, just before the message enters a ring (see
 mizu._messages). A worker that reaches max_tasks_per_child says it retires;
 the pool joins it and launches its successor on the same ring. With fork every
 worker starts at the first submit; with spawn and forkserver one starts
-whenever a submit finds none idle.
+whenever a submit finds none idle. Tasks wait in `pending` until a
+worker's first message says it is up, and go one at a time while others
+are still starting (Pool.pick).
 
 Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
 died without retiring breaks the pool as the stdlib's does (BrokenProcessPool
@@ -61,7 +63,8 @@ from libc.string cimport memset
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
-from mizu._messages cimport BATCH, CALL, CALLABLE, KEYWORDS, OK, RETIRING, Codec, Reassembler, body_of, chunks, is_chunk
+from mizu._messages cimport (BATCH, CALL, CALLABLE, KEYWORDS, OK, READY, RETIRING, Codec, Reassembler, body_of, chunks,
+                             is_chunk)
 from mizu.includes.messages cimport Message, TaskHeader, kResult, read_message, task_header
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.wire cimport Writer
@@ -111,6 +114,7 @@ cdef inline void _drop_task(Cell cell) noexcept:
 cdef object _lazy_result = LazyFuture.result
 cdef object _lazy_exception = LazyFuture.exception
 cdef object _FINISHED = _base.FINISHED
+cdef object _RUNNING = _base.RUNNING
 
 
 cdef object _collect_for(Cell cell, timeout):
@@ -283,6 +287,8 @@ cdef class Pool:
         worker.started_tasks = 0
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
+        worker.up = False
+        self.coming += 1
 
     cdef bint sending(self):
         return bool(self.feeding)
@@ -375,6 +381,8 @@ cdef class Pool:
                         # stay pending, or shutdown would wait for it forever.
                         # (Another thread may have sent it to a running worker.)
                         if self.pending.remove(future):
+                            if cell.state is _RUNNING:   # reserved meanwhile by another thread's dispatch
+                                self.reserved -= 1
                             _drop_task(cell)
                         raise
         self.dispatch()
@@ -425,7 +433,9 @@ cdef class Pool:
                     break
                 future = self.pending.pop_oldest()
                 cell = cell_of(future)
-                if not set_running(future, cell):   # cancelled
+                if self.reserved:
+                    self.reserved -= 1
+                elif not set_running(future, cell):   # cancelled
                     _drop_task(cell)
                     continue
                 self.last_task_id += 1
@@ -453,6 +463,7 @@ cdef class Pool:
                     self.send(worker, w.data(), w.size(), None)
                 else:
                     self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
+            self.reserve()
         finally:
             self.send_lock.give()
         # Completing a future runs its callbacks, which may submit: not under send_lock.
@@ -461,6 +472,23 @@ cdef class Pool:
                 fail_unpicklable(future, exc)
         if interrupted is not None:
             raise interrupted
+
+    cdef reserve(self):
+        """Set running the first pending tasks, one for each worker coming up. Under send_lock.
+
+        They are the tasks that the stdlib's pool would have put in its call
+        queue: the workers still starting will run them (whichever is up
+        first), and shutdown(cancel_futures=True) does not cancel them.
+        """
+        cdef Cell cell
+        while self.reserved < self.coming and self.reserved < self.pending.size():
+            future = self.pending.at(self.reserved)
+            cell = cell_of(future)
+            if set_running(future, cell):
+                self.reserved += 1
+            else:   # cancelled
+                self.pending.remove(future)
+                _drop_task(cell)
 
     cdef bytes task_message(self, Worker worker, Cell cell, Writer& w):
         """The message that sends the task of cell to worker, or None if it is written in w (empty). Under send_lock."""
@@ -498,9 +526,16 @@ cdef class Pool:
         return data
 
     cdef Worker pick(self, Py_ssize_t depth):
+        # As with the stdlib's shared call queue, a task goes to a worker once
+        # it is up (its initializer ran), and one at a time while others are
+        # starting: tasks bound early to the last of many starting workers
+        # (spawn starts one in tens of milliseconds of CPU), or to one with a
+        # slow initializer, would wait for it while the others idle.
         cdef Worker worker, best = None
+        if self.coming:
+            depth = 1
         for worker in self.workers:
-            if worker.outbox or worker.in_flight.size() >= depth:
+            if not worker.up or worker.outbox or worker.in_flight.size() >= depth:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
@@ -660,6 +695,11 @@ cdef class Pool:
             self.terminate_broken(f"A result could not be unpickled: {brief.repr(exc)}.",
                                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             return
+        if status == READY:
+            if not worker.up:
+                worker.up = True
+                self.coming -= 1
+            return
         if status == RETIRING:
             self.replace(worker)
             return
@@ -771,6 +811,7 @@ cdef class Pool:
             with self.send_lock:
                 self.broken = f"{pool_text}. {detail}"
                 futures = self.pending.take_all()
+                self.reserved = 0
                 for worker in self.workers:
                     futures.extend(worker.in_flight.take_all())
                     worker.outbox.clear()
@@ -801,6 +842,7 @@ cdef class Pool:
         self.broken = (f"This pool belongs to process {self.owner}; a process forked from it cannot use it: create "
                        f"a new ProcessPoolExecutor in the child")
         futures = self.pending.take_all()
+        self.reserved = 0
         for worker in self.workers:
             futures.extend(worker.in_flight.take_all())
         self.feeding.clear()
@@ -822,7 +864,11 @@ cdef class Pool:
             self.shutting_down = True
         if cancel_futures:
             with self.send_lock:
+                # The reserved tasks, already running, stay.
                 dropped = self.pending.take_all()
+                for future in dropped[:self.reserved]:
+                    self.pending.push(future)
+                del dropped[:self.reserved]
             for future in dropped:
                 future.cancel()
                 _drop_task(cell_of(future))

@@ -25,6 +25,7 @@ cdef class Fifo:
         return PyList_Append(self.items, x)
 
     cdef object oldest(self)
+    cdef object at(self, Py_ssize_t i)
     cdef object pop_oldest(self)
     cdef object pop_newest(self)
     cdef bint remove(self, x) except -1

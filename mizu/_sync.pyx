@@ -83,6 +83,10 @@ cdef class Fifo:
         """The first item, or None if empty."""
         return <object>PyList_GET_ITEM(self.items, self.head) if self.size() else None
 
+    cdef object at(self, Py_ssize_t i):
+        """The item i places from the first (0 <= i < size())."""
+        return <object>PyList_GET_ITEM(self.items, self.head + i)
+
     cdef object pop_oldest(self):
         """Take the first item (the queue is not empty)."""
         item = <object>PyList_GET_ITEM(self.items, self.head)

@@ -4,8 +4,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 
 from mizu._core cimport PeerWatch, _Ring
-from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, RETIRING, SINGLE,
-                             EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
+from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, READY, RETIRING,
+                             SINGLE, EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
 from mizu.includes.messages cimport Message, ResultHeader, Status, kTask, read_message, result_header
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport now_ns
@@ -101,6 +101,12 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
             logging.getLogger("concurrent.futures").critical("Exception in initializer:", exc_info=True)
             _last_words(results, channel, index, INITIALIZER, exc)
             return
+    # Tasks wait in the client until a worker says it takes them (see
+    # mizu._pool.Pool.pick): a worker still starting holds none up.
+    try:
+        _answer(results, channel, index, 0, READY, None, 0.0)
+    except BrokenPipeError:
+        return
     # The watch thread above ends the worker when the client dies, so an idle
     # worker need not wake often; a slice still lets signal handlers run.
     tasks.slice_ns = _IDLE_SLICE_NS

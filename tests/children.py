@@ -158,6 +158,24 @@ def fail_to_initialize():
     raise ValueError("initializer failed on purpose")
 
 
+def parent_maps(fragment):
+    """Whether this process's parent maps a file whose path contains fragment (Linux)."""
+    with open(f"/proc/{os.getppid()}/maps") as maps:
+        return any(fragment in line for line in maps)
+
+
+def first_starts_others_wait(folder):
+    """An initializer: the first worker returns at once, every other waits until folder/gate exists."""
+    try:
+        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL))
+        return
+    except FileExistsError:
+        pass
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(folder, "gate")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class NotPicklable:
     def __reduce__(self):
         raise TypeError("NotPicklable refuses to be pickled")

@@ -94,7 +94,7 @@ std::string build(FuzzedDataProvider& in, uint16_t sender, Message& expect) {
         msg.append(reinterpret_cast<const char*>(&expect.task), sizeof expect.task);
     } else {
         auto status = Status(in.ConsumeIntegralInRange<uint8_t>(0, kLastStatus));
-        bool notice = status == Status::retiring || status == Status::exiting;
+        bool notice = is_notice(uint8_t(status));
         expect.result = result_header(sender, notice ? 0 : in.ConsumeIntegralInRange<uint64_t>(1, ~0ULL), status,
                                       in.ConsumeFloatingPoint<double>());
         expect.kind = kResult;

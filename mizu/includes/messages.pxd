@@ -25,6 +25,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
         raised
         retiring
         exiting
+        ready
 
     cdef enum class Stage(uint8_t):
         initializer

@@ -382,6 +382,28 @@ def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type
     assert one_by_one == (4 if start_method == "fork" else 1)
 
 
+def test_tasks_go_to_the_workers_that_have_started(executor_type, start_method, tmp_path):
+    """A worker still in its initializer holds up no task: the one that started runs them all."""
+    with executor_type(2, mp_context=multiprocessing.get_context(start_method),
+                       initializer=children.first_starts_others_wait, initargs=(str(tmp_path),)) as ex:
+        futures = [ex.submit(children.pid) for _ in range(6)]
+        try:
+            pids = [f.result(timeout=60) for f in futures]
+        finally:
+            (tmp_path / "gate").touch()
+    assert len(set(pids)) == 1
+
+
+def test_shutdown_cancels_no_task_a_starting_worker_has_taken(executor_type, start_method):
+    """As the stdlib's call queue holds tasks for workers not yet started, a task each starting worker will run."""
+    ex = executor_type(2, mp_context=multiprocessing.get_context(start_method))
+    futures = [ex.submit(children.nap, 0.3) for _ in range(12)]
+    ex.shutdown(wait=True, cancel_futures=True)
+    finished = [f.result() for f in futures if not f.cancelled()]
+    assert all(f.cancelled() for f in futures[len(finished):])
+    assert 1 <= len(finished) <= 6
+
+
 def _descriptors():
     return set(os.listdir("/proc/self/fd"))
 
@@ -453,6 +475,22 @@ with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_m
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+def test_forkserver_workers_are_forked_with_mizu_loaded(tmp_path):
+    """The forkserver that mizu's workers are forked from imported mizu's worker code before the first of them."""
+    code = """
+import multiprocessing
+import children, mizu
+with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as ex:
+    print(ex.submit(children.parent_maps, "mizu/_worker.").result(timeout=60),
+          ex.submit(children.parent_maps, "mizu/_rcodec.").result(timeout=60))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
 
 
 _COMPILEALL = """

@@ -172,8 +172,8 @@ public:
         return R_NilValue;
     }
 
-    // A notice with no task: retiring (body NULL), or exiting (body
-    // list(stage, traceback text)).
+    // A notice with no task: ready or retiring (body NULL), or exiting
+    // (body list(stage, traceback text)).
     void send_notice(Status status, SEXP body) {
         PROTECT(body);
         then_unprotect(1, [&] { push_result(messages::result_header(uint16_t(o_.index), 0, status, 0.0), body); });
@@ -608,6 +608,7 @@ void run_worker(const WorkerOptions& options, SEXP setup) {
         UNPROTECT(1);
     }
     try {
+        worker.send_notice(Status::ready, R_NilValue);
         worker.run();
     } catch (const ClientGone&) {
     }
