@@ -1,10 +1,42 @@
 """mizu: parallelism across processes on one machine, through shared memory."""
 
+# Every public name is imported on first use, each from its module: `import
+# mizu` costs about what `import concurrent.futures` costs, the array
+# constructors load numpy, the R pool its launcher and R's codec. A program,
+# or a worker, that never makes an array or an R pool does not pay for them.
+_LAZY = {
+    "ProcessPoolExecutor": ("mizu._executor", "ProcessPoolExecutor"),
+    "Executor": ("mizu._executor", "ProcessPoolExecutor"),
+    "PeerDiedError": ("mizu._core", "PeerDiedError"),
+    "arena_block": ("mizu._arena", "arena_block"),
+    "default_arena": ("mizu._arena", "default_arena"),
+    **{name: ("mizu._arrays", name) for name in ["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"]},
+    "RExecutor": ("mizu._rexecutor", "RExecutor"),
+    "RError": ("mizu._rcodec", "RError"),
+    "RWarning": ("mizu._rcodec", "RWarning"),
+}
 
-def _require_compiled_modules():
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mizu._arena import arena_block, default_arena
+    from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
+    from mizu._core import PeerDiedError
+    from mizu._executor import ProcessPoolExecutor
+    from mizu._executor import ProcessPoolExecutor as Executor
+    from mizu._rcodec import RError, RWarning
+    from mizu._rexecutor import RExecutor
+
+
+def __getattr__(name):
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module 'mizu' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = found
     try:
-        from mizu import _core  # noqa: F401  (fails first when run from the source folder)
-    except ImportError as exc:  # pragma: no cover - only when run from a source tree
+        value = getattr(importlib.import_module(module), attribute)
+    except ImportError as exc:
         import os
 
         if os.path.exists(os.path.join(os.path.dirname(__file__), "_core.pyx")):
@@ -14,45 +46,13 @@ def _require_compiled_modules():
                 "elsewhere, or with `python -P`."
             ) from exc
         raise
-
-
-_require_compiled_modules()
-
-from mizu._arena import arena_block, default_arena
-from mizu._core import PeerDiedError
-from mizu._executor import ProcessPoolExecutor
-
-Executor = ProcessPoolExecutor
-
-# Imported on first use, each from its module: the array constructors load
-# numpy, the R pool its launcher and R's codec. A program, or a worker, that
-# never makes an array or an R pool does not pay for them.
-_LAZY = {
-    **dict.fromkeys(["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"], "mizu._arrays"),
-    "RExecutor": "mizu._rexecutor",
-    "RError": "mizu._rcodec",
-    "RWarning": "mizu._rcodec",
-}
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
-    from mizu._rcodec import RError, RWarning
-    from mizu._rexecutor import RExecutor
-
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mizu' has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(module), name)
+    globals()[name] = value
     return value
 
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -80,12 +80,28 @@ def _preload_in_forkserver(context):
     preload of ``__main__`` has no effect before Python 3.14). Once the
     forkserver runs, a new preload takes effect only if it is restarted,
     which mizu leaves to the program.
+
+    The forkserver imports with its own sys.path (the current directory,
+    then the interpreter's), not the program's, so mizu is preloaded only
+    where that finds this very mizu: installed in site-packages, and not
+    shadowed by a folder of the current directory (a source tree).
     """
+    import importlib.machinery
+    import site
+    import sys
     from multiprocessing import forkserver
 
     modules = getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
-    if isinstance(modules, list) and "mizu._worker" not in modules:
-        context.set_forkserver_preload([*modules, "mizu._worker"])
+    if not isinstance(modules, list) or "mizu._worker" in modules:
+        return
+    ours = os.path.dirname(os.path.abspath(sys.modules["mizu"].__file__))
+    found = importlib.machinery.PathFinder.find_spec("mizu", [os.getcwd(), *sys.path])
+    installed = [*getattr(site, "getsitepackages", list)(), getattr(site, "getusersitepackages", str)()]
+    if (found is None or found.submodule_search_locations is None
+            or [os.path.abspath(p) for p in found.submodule_search_locations] != [ours]
+            or not any(os.path.abspath(p) == os.path.dirname(ours) for p in installed)):
+        return
+    context.set_forkserver_preload([*modules, "mizu._worker"])
 
 
 def r_string(text):

@@ -46,6 +46,7 @@ class Worker:
     failure: tuple[int, str] | None
     started_tasks: int
     popped_at_start: int
+    up: bool
     def __init__(self, index: int, ring: SpscRing) -> None: ...
 
 @disjoint_base

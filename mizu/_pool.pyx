@@ -278,10 +278,8 @@ cdef class Pool:
 
     cdef launch(self, Worker worker):
         """Start a process for worker, its first or the successor of one that retired."""
-        proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
-        if worker.channel is not None:
-            worker.channel.close()
-        worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
+        # All set before the process starts: another thread may collect its
+        # first notice (ready, or its initializer's failure) at once.
         worker.registered.clear()
         worker.last_fn = None
         worker.started_tasks = 0
@@ -289,6 +287,14 @@ cdef class Pool:
         worker.failure = None
         worker.up = False
         self.coming += 1
+        try:
+            proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
+        except BaseException:
+            self.coming -= 1
+            raise
+        if worker.channel is not None:
+            worker.channel.close()
+        worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
 
     cdef bint sending(self):
         return bool(self.feeding)
@@ -679,9 +685,11 @@ cdef class Pool:
                 if message is None:
                     return
             read_message(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), m)
-            if m.kind != kResult or m.sender >= len(self.workers):
-                raise ValueError(f"a message from worker {m.sender} of {len(self.workers)} that is not a result")
-            worker = self.workers[m.sender]
+            # The roster's: a worker's first notice may come before grow()
+            # has added it to `workers`.
+            if m.kind != kResult or m.sender >= len(self.roster):
+                raise ValueError(f"a message from worker {m.sender} of {len(self.roster)} that is not a result")
+            worker = self.roster[m.sender]
             value = body_of(m, message, worker.channel)
             status, task_id = m.result.status, m.result.task_id
         except KeyboardInterrupt as exc:

@@ -394,6 +394,15 @@ def test_tasks_go_to_the_workers_that_have_started(executor_type, start_method, 
     assert len(set(pids)) == 1
 
 
+def test_many_workers_starting_at_once_each_take_tasks(executor_type):
+    """Workers that say they are up while the pool is still starting others (the manager thread collects)."""
+    for _ in range(3):
+        with executor_type(24, mp_context=multiprocessing.get_context("forkserver")) as ex:
+            futures = [ex.submit(children.nap, 0.05) for _ in range(48)]
+            assert [f.result(timeout=60) for f in futures] == [0.05] * 48
+            assert len(ex._processes) == 24
+
+
 def test_shutdown_cancels_no_task_a_starting_worker_has_taken(executor_type, start_method):
     """As the stdlib's call queue holds tasks for workers not yet started, a task each starting worker will run."""
     ex = executor_type(2, mp_context=multiprocessing.get_context(start_method))
@@ -458,6 +467,21 @@ with cls(1, mp_context=multiprocessing.get_context("spawn")) as ex:
     assert "while running" not in chain[0], chain[0]
 
 
+def test_import_mizu_loads_its_modules_on_first_use(tmp_path):
+    """`import mizu` imports none of mizu's modules, nor multiprocessing; the first name used brings its own."""
+    code = """
+import sys
+import mizu
+before = sorted(m for m in sys.modules if m.startswith(("mizu.", "multiprocessing", "concurrent")))
+mizu.ProcessPoolExecutor
+print(before, "mizu._executor" in sys.modules, "mizu._arrays" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True", "False"]
+
+
 def test_numpy_loads_only_where_an_array_is_used(start_method, tmp_path):
     """`import mizu` does not import numpy, nor does a worker whose tasks use no array; one that gets an array does."""
     code = f"""
@@ -491,6 +515,22 @@ with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkser
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_a_forkserver_pool_works_beside_a_folder_that_shadows_mizu(tmp_path):
+    """The forkserver imports from the current directory; a mizu folder there (a source tree) is not preloaded."""
+    (tmp_path / "mizu").mkdir()
+    (tmp_path / "mizu" / "__init__.py").write_text("")
+    code = """
+import multiprocessing
+import children, mizu
+with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as ex:
+    print(list(ex.map(children.double, range(4))), ex.submit(children.parent_maps, "mizu/_worker.").result(timeout=60))
+"""
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120,
+                         env=child_environ(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[0,", "2,", "4,", "6]", "False"]
 
 
 _COMPILEALL = """
