@@ -4,8 +4,16 @@ The rows of DESIGN's table, measured for mizu, concurrent.futures'
 ProcessPoolExecutor and ThreadPoolExecutor (and InterpreterPoolExecutor
 where the Python has it), in turn, several times over; medians and mizu's
 speed-up over each are printed. Pool start-up is outside every timed region.
-While it runs, it names on stderr each row and pool as it measures them;
---json also writes the table, with every sample, to a file.
+Then the pool's life against ProcessPoolExecutor (create and shut down,
+a worker's memory), and coarse work, each run a program of its own in a
+fresh interpreter: 64 workers given 64 tasks of sleep(0.3) under each
+start method (first result, all, with shutdown), and two real programs
+with mizu's pool swapped in for the stdlib's, `compileall -j 4` over a copy
+of the stdlib's Lib/ and black (``pip install black``, the [bench] extra)
+over some of its packages, each checked to leave the same files as with
+the stdlib's pool. While it runs, it names on stderr each row and pool as
+it measures them; --json also writes the table, with every sample, to a
+file.
 
 Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
@@ -16,6 +24,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 import mizu
@@ -131,6 +140,143 @@ def pss_per_worker(make, method, workers):
         return total / max(1, len(children)) / 1e6
 
 
+# Coarse work, each measurement a program of its own run by a fresh
+# interpreter, as a user runs one: what its pool's workers import, and
+# (forkserver) the server they are forked from, are the program's alone.
+STARTUP = """
+import concurrent.futures as cf, multiprocessing, sys, time
+if sys.argv[1] == "mizu":
+    from mizu import ProcessPoolExecutor
+else:
+    from concurrent.futures import ProcessPoolExecutor
+
+def nap(_):
+    time.sleep(0.3)
+
+if __name__ == "__main__":
+    workers = int(sys.argv[3])
+    start = time.perf_counter()
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(sys.argv[2]))
+    futures = [pool.submit(nap, i) for i in range(workers)]
+    next(cf.as_completed(futures))
+    first = time.perf_counter() - start
+    cf.wait(futures)
+    every = time.perf_counter() - start
+    pool.shutdown()
+    print(first, every, time.perf_counter() - start)
+"""
+
+# A program that uses concurrent.futures.ProcessPoolExecutor, run with mizu's
+# swapped in (sys.argv[1] == "mizu") or as it is.
+SWAPPED = """
+import concurrent.futures, runpy, sys
+if sys.argv[1] == "mizu":
+    import mizu
+    concurrent.futures.ProcessPoolExecutor = mizu.ProcessPoolExecutor
+sys.argv = sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run_program(args, folder, env=None):
+    """Seconds a fresh interpreter takes to run with args in folder, and its stdout; it must succeed."""
+    import subprocess
+
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=folder)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{args} failed: {done.stderr[-2000:]}")
+    return seconds, done.stdout
+
+
+def startup_rows(method, workers, folder):
+    """(titles, measure): the 64-sleeps program's first result, all results, and with shutdown."""
+    script = os.path.join(folder, "sleeps.py")
+    with open(script, "w") as f:
+        f.write(STARTUP)
+    stem = f"{workers} workers, {workers} tasks of sleep(0.3), {method}"
+    titles = [f"{stem}: first result", f"{stem}: all", f"{stem}: with shutdown"]
+
+    def measure(kind):
+        _, out = run_program([script, kind, method, str(workers)], folder)
+        return [float(x) for x in out.split()]
+
+    return titles, measure
+
+
+def tree_digest(root):
+    """A digest of every file's path and bytes under root."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
+
+
+def program_rows(quick, folder):
+    """[(title, measure)] for compileall and black run with each pool; measure(kind) -> seconds.
+
+    Each run works on a fresh copy of its tree, and the trees the two pools
+    leave behind must be the same.
+    """
+    import shutil
+    import sysconfig
+
+    lib = sysconfig.get_paths()["stdlib"]
+    ignore = shutil.ignore_patterns("__pycache__", "site-packages", "test", "tests", "idlelib", "*.pyc")
+    outputs = {}
+
+    def fresh(name, sources):
+        tree = os.path.join(folder, name)
+        shutil.rmtree(tree, ignore_errors=True)
+        os.makedirs(tree)
+        for source in sources:
+            shutil.copytree(os.path.join(lib, source) if source else lib,
+                            os.path.join(tree, source or "Lib"), ignore=ignore)
+        return tree
+
+    def checked(title, kind, tree, seconds):
+        digest = tree_digest(tree)
+        if outputs.setdefault(title, digest) != digest:
+            raise RuntimeError(f"{title}: {kind}'s pool left a different tree behind")
+        return seconds
+
+    compile_sources = ["email", "json", "asyncio"] if quick else [""]
+    black_sources = ["json"] if quick else ["asyncio", "email", "concurrent", "json"]
+    compile_title = f"compileall -j 4 -f over {'a part of ' if quick else 'a copy of '}Lib/"
+    tree = fresh("black-count", black_sources)
+    files = sum(name.endswith(".py") for _, _, names in os.walk(tree) for name in names)
+    black_title = f"black --workers 4 over {files} files of Lib/"
+
+    def compileall(kind):
+        tree = fresh("compileall", compile_sources)
+        seconds, _ = run_program(["-c", SWAPPED, kind, "compileall", "-q", "-f", "-j", "4", tree], folder)
+        return checked(compile_title, kind, tree, seconds)
+
+    def black(kind):
+        tree = fresh("black", black_sources)
+        env = dict(os.environ, BLACK_CACHE_DIR=os.path.join(folder, f"black-cache-{kind}"))
+        shutil.rmtree(env["BLACK_CACHE_DIR"], ignore_errors=True)
+        seconds, _ = run_program(["-c", SWAPPED, kind, "black", "-q", "--workers", "4", tree], folder, env)
+        return checked(black_title, kind, tree, seconds)
+
+    rows = [(compile_title, compileall)]
+    try:
+        import black as _  # noqa: F401
+    except ImportError:
+        progress("black is not installed (pip install black): its row is left out")
+    else:
+        rows.append((black_title, black))
+    return rows
+
+
 def pools():
     kinds = [("mizu", lambda w: mizu.ProcessPoolExecutor(w)),
              ("ProcessPool", lambda w: cf.ProcessPoolExecutor(w)),
@@ -205,6 +351,23 @@ def main(argv=None):
                 if not repeat:
                     progress(f"{name}: {title}")
                 life[(title, name)].append(measure(lambda w, ctx, cls=cls: cls(w, mp_context=ctx)))
+    coarse = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for method in ("fork", "forkserver", "spawn"):
+            titles, measure = startup_rows(method, 16 if args.quick else 64, folder)
+            for repeat in range(args.repeats):
+                for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
+                    if not repeat:
+                        progress(f"{name}: {titles[0].split(':')[0]}")
+                    for title, seconds in zip(titles, measure(kind)):
+                        coarse.setdefault((title, name), []).append(seconds)
+        for title, measure in program_rows(args.quick, folder):
+            for repeat in range(args.repeats):
+                for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
+                    if not repeat:
+                        progress(f"{name}: {title}")
+                    coarse.setdefault((title, name), []).append(measure(kind))
+    coarse_titles = list(dict.fromkeys(title for title, _ in coarse))
     ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
     idle = {}
     seconds = 2 if args.quick else 10
@@ -228,6 +391,12 @@ def main(argv=None):
     for title, unit, scale, _ in lifecycle:
         ours, theirs = (statistics.median(life[(title, n)]) for n, _ in process_pools)
         print(f"{title + ' (' + unit + ')':<62}{ours * scale:>12.2f}{theirs * scale:>14.2f}{ours / theirs:>19.2f}x")
+    print()
+    print(f"{'coarse work, each run a program of its own (s)':<62}{'mizu':>12}{'ProcessPool':>14}"
+          f"{'mizu / ProcessPool':>20}")
+    for title in coarse_titles:
+        ours, theirs = (statistics.median(coarse[(title, n)]) for n, _ in process_pools)
+        print(f"{title:<62}{ours:>12.2f}{theirs:>14.2f}{ours / theirs:>19.2f}x")
     for name, share in idle.items():
         print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses {100 * share:.2f}% of a core")
     if args.json:
@@ -241,6 +410,11 @@ def main(argv=None):
              "median": {n: statistics.median(life[(title, n)]) * scale for n, _ in process_pools},
              "samples": {n: [t * scale for t in life[(title, n)]] for n, _ in process_pools}}
             for title, unit, scale, _ in lifecycle
+        ], coarse=[
+            {"row": title, "unit": "s",
+             "median": {n: statistics.median(coarse[(title, n)]) for n, _ in process_pools},
+             "samples": {n: coarse[(title, n)] for n, _ in process_pools}}
+            for title in coarse_titles
         ])
     return 0
 
