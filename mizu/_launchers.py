@@ -47,8 +47,7 @@ class MultiprocessingLauncher:
         # The stdlib's rule: fork starts every worker at once; spawn and
         # forkserver, one whenever a task finds no idle worker.
         self.on_demand = method != "fork"
-        if method == "forkserver":
-            _preload_in_forkserver(context)
+        self.preload = method == "forkserver"
         # The commonest cause of a worker dying before its first task.
         self.starting_hint = "" if method == "fork" else (
             "a worker started with spawn or forkserver first imports the main module: does it start its pools "
@@ -56,6 +55,10 @@ class MultiprocessingLauncher:
 
     def launch(self, index, tasks, results):
         """Start worker `index` on the rings tasks and results; (its multiprocessing.Process, the client's channel)."""
+        if self.preload:
+            # Where the forkserver will look, which is where the program is now.
+            self.preload = False
+            _preload_in_forkserver(self.context)
         channel, worker_end = socket.socketpair()
         process = self.context.Process(
             target=_worker_main,

@@ -21,6 +21,7 @@ cdef class Worker:
     cdef public Py_ssize_t started_tasks
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Pool.pick)
+    cdef public bint starting         # its first process is starting, counted in Pool.coming
 
     cdef release(self)
 

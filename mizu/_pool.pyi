@@ -47,6 +47,7 @@ class Worker:
     started_tasks: int
     popped_at_start: int
     up: bool
+    starting: bool
     def __init__(self, index: int, ring: SpscRing) -> None: ...
 
 @disjoint_base

@@ -286,15 +286,26 @@ cdef class Pool:
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
         worker.up = False
-        self.coming += 1
+        # A first start counts in `coming` (see pick); a successor, replacing
+        # a retired process, does not hold the other workers' depth down.
+        worker.starting = worker.process is None
+        self.coming += worker.starting
+        proc = None
         try:
             proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
+            watch = _core.PeerWatch(proc.pid)
         except BaseException:
-            self.coming -= 1
+            if worker.starting:
+                worker.starting = False
+                self.coming -= 1
+            if proc is not None:
+                channel.close()
+                proc.kill()
+                proc.join()
             raise
         if worker.channel is not None:
             worker.channel.close()
-        worker.process, worker.watch, worker.channel = proc, _core.PeerWatch(proc.pid), channel
+        worker.process, worker.watch, worker.channel = proc, watch, channel
 
     cdef bint sending(self):
         return bool(self.feeding)
@@ -534,9 +545,10 @@ cdef class Pool:
     cdef Worker pick(self, Py_ssize_t depth):
         # As with the stdlib's shared call queue, a task goes to a worker once
         # it is up (its initializer ran), and one at a time while others are
-        # starting: tasks bound early to the last of many starting workers
-        # (spawn starts one in tens of milliseconds of CPU), or to one with a
-        # slow initializer, would wait for it while the others idle.
+        # starting for the first time: tasks bound early to the last of many
+        # starting workers (spawn starts one in tens of milliseconds of CPU),
+        # or to one with a slow initializer, would wait for it while the
+        # others idle.
         cdef Worker worker, best = None
         if self.coming:
             depth = 1
@@ -704,8 +716,9 @@ cdef class Pool:
                                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             return
         if status == READY:
-            if not worker.up:
-                worker.up = True
+            worker.up = True
+            if worker.starting:
+                worker.starting = False
                 self.coming -= 1
             return
         if status == RETIRING:
