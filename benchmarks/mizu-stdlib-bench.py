@@ -191,7 +191,7 @@ def run_program(args, folder, env=None):
 
 
 def startup_rows(method, workers, folder):
-    """(titles, measure): the 64-sleeps program's first result, all results, and with shutdown."""
+    """(label, titles, measure): the 64-sleeps program's first result, all results, and with shutdown."""
     script = os.path.join(folder, "sleeps.py")
     with open(script, "w") as f:
         f.write(STARTUP)
@@ -202,7 +202,7 @@ def startup_rows(method, workers, folder):
         _, out = run_program([script, kind, method, str(workers)], folder)
         return [float(x) for x in out.split()]
 
-    return titles, measure
+    return stem, titles, measure
 
 
 def tree_digest(root):
@@ -221,7 +221,7 @@ def tree_digest(root):
 
 
 def program_rows(quick, folder):
-    """[(title, measure)] for compileall and black run with each pool; measure(kind) -> seconds.
+    """[(title, [title], measure)] for compileall and black run with each pool; measure(kind) -> [seconds].
 
     Each run works on a fresh copy of its tree, and the trees the two pools
     leave behind must be the same.
@@ -258,22 +258,22 @@ def program_rows(quick, folder):
     def compileall(kind):
         tree = fresh("compileall", compile_sources)
         seconds, _ = run_program(["-c", SWAPPED, kind, "compileall", "-q", "-f", "-j", "4", tree], folder)
-        return checked(compile_title, kind, tree, seconds)
+        return [checked(compile_title, kind, tree, seconds)]
 
     def black(kind):
         tree = fresh("black", black_sources)
         env = dict(os.environ, BLACK_CACHE_DIR=os.path.join(folder, f"black-cache-{kind}"))
         shutil.rmtree(env["BLACK_CACHE_DIR"], ignore_errors=True)
         seconds, _ = run_program(["-c", SWAPPED, kind, "black", "-q", "--workers", "4", tree], folder, env)
-        return checked(black_title, kind, tree, seconds)
+        return [checked(black_title, kind, tree, seconds)]
 
-    rows = [(compile_title, compileall)]
+    rows = [(compile_title, [compile_title], compileall)]
     try:
         import black as _  # noqa: F401
     except ImportError:
         progress("black is not installed (pip install black): its row is left out")
     else:
-        rows.append((black_title, black))
+        rows.append((black_title, [black_title], black))
     return rows
 
 
@@ -353,20 +353,14 @@ def main(argv=None):
                 life[(title, name)].append(measure(lambda w, ctx, cls=cls: cls(w, mp_context=ctx)))
     coarse = {}
     with tempfile.TemporaryDirectory() as folder:
-        for method in ("fork", "forkserver", "spawn"):
-            titles, measure = startup_rows(method, 16 if args.quick else 64, folder)
+        programs = [startup_rows(method, 16 if args.quick else 64, folder) for method in ("fork", "forkserver", "spawn")]
+        for label, titles, measure in programs + program_rows(args.quick, folder):
             for repeat in range(args.repeats):
                 for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
                     if not repeat:
-                        progress(f"{name}: {titles[0].split(':')[0]}")
+                        progress(f"{name}: {label}")
                     for title, seconds in zip(titles, measure(kind)):
                         coarse.setdefault((title, name), []).append(seconds)
-        for title, measure in program_rows(args.quick, folder):
-            for repeat in range(args.repeats):
-                for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
-                    if not repeat:
-                        progress(f"{name}: {title}")
-                    coarse.setdefault((title, name), []).append(measure(kind))
     coarse_titles = list(dict.fromkeys(title for title, _ in coarse))
     ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
     idle = {}

@@ -18,11 +18,10 @@ namespace {
 // the data moves once, from the block's shared pages to private ones
 // mapped over it when R first asks for a pointer to write through.
 struct View {
-    std::unique_ptr<MappedBlock> block;
+    std::unique_ptr<MappedBlock> block;  // mapped once R has had a pointer it may write through
     R_xlen_t length;
-    bool writable;  // R has had a pointer it may write through
 
-    bool written() const noexcept { return writable && block->written(); }
+    bool written() const noexcept { return block->written(); }
 };
 
 ViewCounters counters;
@@ -39,12 +38,14 @@ void release_view(SEXP holder) {
     ++counters.released;
 }
 
-// The bytes to read: shared until R asks for a pointer to write through.
-const char* view_bytes(SEXP x) {
+View* live_view(SEXP x) {
     View* view = view_of(x);
     if (!view) Rf_error("a mizu view was used before it had data");
-    return view->block->bytes();
+    return view;
 }
+
+// The bytes to read: shared until R asks for a pointer to write through.
+const char* view_bytes(SEXP x) { return live_view(x)->block->bytes(); }
 
 template <class T>
 const T* elements(SEXP x) {
@@ -61,13 +62,12 @@ R_xlen_t view_length(SEXP x) {
 // write through, to the view's private pages, mapped then.
 void* dataptr(SEXP x, Rboolean writeable) {
     if (!writeable) return const_cast<char*>(view_bytes(x));
-    View* view = view_of(x);
-    if (!view) Rf_error("a mizu view was used before it had data");
+    MappedBlock& block = *live_view(x)->block;
     char message[256];
     try {
-        char* data = view->block->data();
-        if (!view->writable) ++counters.private_mappings;
-        view->writable = true;
+        bool first = !block.mapped();
+        char* data = block.data();
+        counters.private_mappings += first;
         ++counters.writable_pointers;
         return data;
     } catch (const std::exception& e) {
@@ -234,7 +234,7 @@ SEXP new_view(SEXPTYPE type) {
 }
 
 void attach_view(SEXP view, std::unique_ptr<MappedBlock> block, R_xlen_t length) {
-    R_SetExternalPtrAddr(R_altrep_data1(view), new View{std::move(block), length, false});
+    R_SetExternalPtrAddr(R_altrep_data1(view), new View{std::move(block), length});
     ++counters.made;
 }
 
