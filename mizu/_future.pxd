@@ -2,6 +2,8 @@
 
 cdef class Cell:
     cdef public object state, result, exception, condition, pool
+    cdef object waiters, callbacks   # the stdlib's _waiters and _done_callbacks, made on first use
+    cdef bint observed  # a thread has taken the Condition or added a callback: state changes take the slow path
     cdef bint pinned    # the future has had attributes or a Condition: the collector always visits it
     # The Executor's task, until it ends: the call's parts as its task
     # message carries them (mizu._messages), (kind, task_id, fn, first,
@@ -10,6 +12,13 @@ cdef class Cell:
     cdef unsigned long long task_id
     cdef object fn, first, second
     cdef Py_ssize_t calls
+
+
+cdef class Condition:
+    cdef object lock       # an RLock, as threading.Condition's default
+    cdef list sleepers     # a lock per thread in wait(), made by the first
+
+    cdef int wake(self, Py_ssize_t n) except -1
 
 
 cdef object new_future(type cls, Cell cell)

@@ -40,7 +40,9 @@ cdef class Pool:
     cdef readonly set feeding
     cdef readonly unsigned long recv_owner
     cdef public object broken, manager
-    cdef public bint observed, shutting_down, started
+    cdef public bint shutting_down, started
+    cdef readonly Py_ssize_t watched   # futures observed (see observe) that have not settled
+    cdef size_t backlogged             # submits that left tasks waiting in `pending`, so far
     cdef public double task_seconds
     cdef public Py_ssize_t depth
     cdef Py_ssize_t cores               # the CPUs this process may use

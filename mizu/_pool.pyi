@@ -69,6 +69,8 @@ class Pool:
     @property
     def collecting(self) -> int: ...
     @property
+    def watched(self) -> int: ...
+    @property
     def on_demand(self) -> bool: ...
     @property
     def idle(self) -> deque[None]: ...
@@ -92,7 +94,6 @@ class Pool:
     def recv_owner(self) -> int: ...
     broken: str | None
     manager: threading.Thread | None
-    observed: bool
     shutting_down: bool
     started: bool
     task_seconds: float

@@ -29,8 +29,9 @@ Data flow (one shared segment per pool; the rings are in it):
 
   manager thread ("mizu-manager", started by the first submit)  [recv_lock, taken only if free]
     Collects only while no caller does: while a callback, wait() or
-    as_completed() waits on a future (`observed`), it sleeps in the result
-    ring's waiter and collects as results come, running the callbacks;
+    as_completed() waits on a future not done yet (`watched`), it sleeps in
+    the result ring's waiter and collects as results come, running the
+    callbacks (but naps while a thread submitting a backlog collects);
     otherwise it wakes every 2 ms (0.2 ms while an outbox waits, 100 ms when
     nothing is outstanding) to collect what is ready and check the workers.
     Once the pool is shutting down and nothing is outstanding, it closes the
@@ -227,7 +228,8 @@ cdef class Pool:
         self.state_lock = threading.RLock()
         self.recv_owner = 0             # the thread holding recv_lock
         self.collecting = 0
-        self.observed = False
+        self.watched = 0
+        self.backlogged = 0
         self.kicked = threading.Event()
         self.reassembler = Reassembler()
         self.task_seconds = _SHORT_TASK
@@ -403,11 +405,13 @@ cdef class Pool:
                             _drop_task(cell)
                         raise
         self.dispatch()
-        if self.pending.size() and self.take_recv(0):
-            try:
-                self.collect_ready()
-            finally:
-                self.give_recv()
+        if self.pending.size():
+            self.backlogged += 1
+            if self.take_recv(0):
+                try:
+                    self.collect_ready()
+                finally:
+                    self.give_recv()
         return future
 
     cdef int refuse_if_closed(self) except -1:
@@ -734,6 +738,8 @@ cdef class Pool:
         _drop_task(cell)
         if self.on_demand and len(self.workers) < len(self.roster):
             self.idle.append(None)
+        if cell.observed and self.watched:
+            self.watched -= 1
         self.codec.complete(future, cell, status, value)
 
     cdef replace(self, Worker worker):
@@ -747,21 +753,25 @@ cdef class Pool:
                 worker.watch = None
 
     def observe(self):
-        """Someone waits on a future without collecting results (a callback, wait(), as_completed())."""
-        if not self.observed:
-            self.observed = True
+        """A future not done yet has a callback, or a thread waits on it without collecting (wait(), as_completed())."""
+        self.watched += 1
+        if self.watched == 1:
             self.kicked.set()
 
     def manage(self):
         """The manager thread: collects when no caller does, checks the workers, finishes shutdown.
 
-        It sleeps on the result ring only while a future is observed by a
-        callback, wait() or as_completed(); otherwise a caller that wants a
-        result collects from the ring itself, and this thread wakes every few
-        milliseconds to keep outstanding work moving and to check the workers.
-        Sleeping on the ring all the time would make every worker's push a
-        wake-up system call.
+        It sleeps on the result ring only while a future not done yet is
+        watched by a callback, wait() or as_completed(); otherwise a caller
+        that wants a result collects from the ring itself, and this thread
+        wakes every few milliseconds to keep outstanding work moving and to
+        check the workers. Sleeping on the ring all the time would make every
+        worker's push a wake-up system call. So would sleeping on it while a
+        thread submits faster than the workers answer, which collects as it
+        submits: then this thread only naps.
         """
+        cdef size_t backlogged = 0
+        cdef bint submitting
         ring = _core.MpmcRing.attach(self.segment, self.results.offset)
         ring.spin_ns = 0
         while self.broken is None:
@@ -771,15 +781,19 @@ cdef class Pool:
                 continue
             idle = self.outstanding() is None
             if idle:
-                self.observed = False
+                # Cancelled futures that were watched settle without a result.
+                self.watched = 0
                 if self.shutting_down:
                     break
-            if self.observed:
+            # A submit since the last round that left a backlog: its thread collects.
+            submitting = self.pending.size() > 0 and self.backlogged != backlogged
+            backlogged = self.backlogged
+            if self.watched and not submitting:
                 try:
-                    ring.wait_readable(_SLICE)
+                    ring.wait_readable(_FEED if self.sending() else _SLICE)
                 except EOFError:
                     break
-            elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() else _POLL):
+            elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() or self.watched else _POLL):
                 self.kicked.clear()
             if self.take_recv(0):
                 try:
@@ -874,7 +888,8 @@ cdef class Pool:
         self.collecting = 0
         for future in futures:
             cell = cell_of(future)
-            cell.condition = None
+            cell.observed = False
+            cell.condition = cell.waiters = cell.callbacks = None
             _drop_task(cell)
             set_exception(future, cell, BrokenProcessPool(self.broken))
 

@@ -1,0 +1,187 @@
+"""Every way of waiting for futures, run for mizu and for the stdlib's pool as the oracle.
+
+concurrent.futures.wait and as_completed are the stdlib's own functions in
+both cases; what differs is the futures they work on.
+"""
+
+import asyncio
+import concurrent.futures as cf
+import gc
+import logging
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+import children
+import mizu
+
+
+@pytest.fixture
+def one(executor_type):
+    """A one-worker pool: its tasks finish in the order they are submitted."""
+    with executor_type(1) as ex:
+        yield ex
+
+
+def test_wait_all_completed_mixes_done_pending_and_other_executors_futures(one):
+    early = [one.submit(children.double, i) for i in range(20)]
+    cf.wait(early, timeout=60)
+    with cf.ThreadPoolExecutor(1) as threads:
+        late = [one.submit(children.nap, 0.05), threads.submit(time.sleep, 0.05), one.submit(children.double, 7)]
+        done, not_done = cf.wait(early + late + early[:3], timeout=60)
+    assert done == set(early + late) and not not_done
+    assert [f.result() for f in early] == [2 * i for i in range(20)] and late[2].result() == 14
+
+
+def test_wait_times_out_with_the_pending_futures_not_done(one):
+    slow = one.submit(children.nap, 1.0)
+    quick = one.submit(children.double, 1)
+    start = time.monotonic()
+    done, not_done = cf.wait([slow, quick], timeout=0.1)
+    assert time.monotonic() - start < 0.9
+    assert not done and not_done == {slow, quick}
+    done, not_done = cf.wait([slow, quick], timeout=60)
+    assert done == {slow, quick} and not not_done and quick.result() == 2
+
+
+def test_wait_first_completed_returns_once_one_is_done(one):
+    futures = [one.submit(children.nap, 0.05)] + [one.submit(children.nap, 2.0)]
+    done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_COMPLETED)
+    assert done == {futures[0]} and not_done == {futures[1]}
+    done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_COMPLETED)
+    assert futures[0] in done
+
+
+def test_wait_first_exception_returns_at_the_first_failure(one):
+    futures = [one.submit(children.double, 1), one.submit(children.raise_runtime, "x"),
+               one.submit(children.nap, 2.0)]
+    done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_EXCEPTION)
+    assert done == set(futures[:2]) and not_done == {futures[2]}
+    assert isinstance(futures[1].exception(), RuntimeError)
+    done, not_done = cf.wait(futures[:1], timeout=60, return_when=cf.FIRST_EXCEPTION)
+    assert done == {futures[0]}
+
+
+def test_as_completed_yields_each_future_once_as_it_ends(one):
+    with cf.ThreadPoolExecutor(1) as threads:
+        other = threads.submit(time.sleep, 0.05)
+        futures = [one.submit(children.double, i) for i in range(30)] + [one.submit(children.nap, 0.1), other]
+        seen = list(cf.as_completed(futures + futures[:5], timeout=60))
+    assert len(seen) == len(futures) and set(seen) == set(futures)
+    assert seen.index(futures[30]) > seen.index(other)
+
+
+def test_as_completed_times_out_naming_the_unfinished(one):
+    futures = [one.submit(children.double, 1), one.submit(children.nap, 2.0)]
+    yielded = []
+    with pytest.raises(TimeoutError, match=r"1 \(of 2\) futures unfinished"):
+        for f in cf.as_completed(futures, timeout=0.5):
+            yielded.append(f)
+    assert yielded == [futures[0]]
+
+
+def test_callbacks_run_in_order_once_each_before_and_after_the_end(one):
+    calls = []
+    ran = threading.Event()
+    future = one.submit(children.nap, 0.1)
+    future.add_done_callback(lambda f: calls.append(("first", f.result())))
+    future.add_done_callback(lambda f: (calls.append(("second", f.result())), ran.set()))
+    assert ran.wait(60)
+    future.add_done_callback(lambda f: calls.append(("after", threading.current_thread())))
+    assert calls == [("first", 0.1), ("second", 0.1), ("after", threading.current_thread())]
+
+
+def test_a_callback_that_raises_is_logged_and_the_others_still_run(one, caplog):
+    ran = threading.Event()
+
+    def broken(f):
+        raise ValueError("in a callback")
+
+    with caplog.at_level(logging.ERROR, logger="concurrent.futures"):
+        future = one.submit(children.nap, 0.05)
+        future.add_done_callback(broken)
+        future.add_done_callback(lambda f: ran.set())
+        assert ran.wait(60)
+        future.add_done_callback(broken)
+    assert [r.getMessage() for r in caplog.records] == [f"exception calling callback for {future!r}"] * 2
+    assert all(r.exc_info[0] is ValueError for r in caplog.records)
+
+
+def test_a_cancelled_future_is_done_for_every_waiter(one):
+    blocker = one.submit(children.nap, 0.3)
+    queued = [one.submit(children.double, i) for i in range(200)]
+    cancelled = [f for f in reversed(queued) if f.cancel()]
+    assert cancelled
+    seen = []
+    cancelled[0].add_done_callback(seen.append)
+    done, not_done = cf.wait(queued + [blocker], timeout=60)
+    assert not not_done and seen == [cancelled[0]]
+    assert set(cf.as_completed(queued, timeout=60)) == set(queued)
+    assert all(f.cancelled() for f in cancelled)
+    assert [f.result() for f in queued if not f.cancelled()] == [2 * i for i, f in enumerate(queued)
+                                                                 if not f.cancelled()]
+
+
+def test_result_times_out_then_returns_once_done(one):
+    future = one.submit(children.nap, 0.3)
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+    with pytest.raises(TimeoutError):
+        future.exception(timeout=0)
+    assert future.result(timeout=60) == 0.3
+
+
+def test_many_threads_wait_on_the_same_futures_each_way(one):
+    futures = [one.submit(children.nap, 0.002) for _ in range(100)]
+    results = {}
+
+    def by(name, how):
+        results[name] = how()
+
+    ways = {
+        "result": lambda: [f.result(timeout=60) for f in futures],
+        "wait": lambda: cf.wait(futures, timeout=60).not_done,
+        "first": lambda: len(cf.wait(futures, timeout=60, return_when=cf.FIRST_COMPLETED).done) > 0,
+        "as_completed": lambda: len(list(cf.as_completed(futures, timeout=60))),
+        "exception": lambda: [f.exception(timeout=60) for f in reversed(futures)],
+    }
+    threads = [threading.Thread(target=by, args=(name, how)) for name, how in ways.items() for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == {"result": [0.002] * 100, "wait": set(), "first": True, "as_completed": 100,
+                       "exception": [None] * 100}
+
+
+def test_asyncio_waits_on_wrapped_futures_and_run_in_executor(one):
+    async def main():
+        loop = asyncio.get_running_loop()
+        gathered = await asyncio.gather(*(loop.run_in_executor(one, children.double, i) for i in range(300)))
+        wrapped = await asyncio.wait_for(asyncio.wrap_future(one.submit(children.nap, 0.05)), 60)
+        with pytest.raises(RuntimeError):
+            await asyncio.wrap_future(one.submit(children.raise_runtime, "boom"))
+        return gathered, wrapped
+
+    assert asyncio.run(main()) == ([2 * i for i in range(300)], 0.05)
+
+
+def test_waiting_on_finished_futures_costs_no_memory_per_future():
+    """wait() and as_completed() over futures that are done allocate no Condition or list for each."""
+    with mizu.ProcessPoolExecutor(1) as ex:
+        futures = [ex.submit(children.double, i) for i in range(50_000)]
+        cf.wait(futures, timeout=60)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            cf.wait(futures, timeout=60)
+            for _ in cf.as_completed(futures, timeout=60):
+                pass
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    # The stdlib's own sets and sorted list of the futures take ~150 bytes
+    # each; a Condition and its lists would be over 1,000.
+    assert peak / len(futures) < 400
