@@ -6,7 +6,8 @@ turn (A then B, then B then A, ...) for one short measurement of the row, so
 that each pair of numbers is taken within milliseconds. It prints the
 medians and the median of the per-pair ratios B/A, with its quartiles.
 
-Usage: python benchmarks/mizu-paired.py PYTHON_A PYTHON_B [--row rt|pipelined|map]
+Usage: python benchmarks/mizu-paired.py PYTHON_A PYTHON_B
+           [--row rt|pipelined|map|wait|as_completed|callbacks|asyncio]
            [--tasks N] [--pairs N] [--workers N]
 """
 
@@ -23,7 +24,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("python_a")
     parser.add_argument("python_b")
-    parser.add_argument("--row", choices=["map", "pipelined", "rt"], default="rt")
+    parser.add_argument("--row", choices=["as_completed", "asyncio", "callbacks", "map", "pipelined", "rt", "wait"],
+                        default="rt")
     parser.add_argument("--tasks", type=int, default=3000, help="tasks per measurement (default 3000)")
     parser.add_argument("--pairs", type=int, default=100, help="pairs of measurements (default 100)")
     parser.add_argument("--workers", type=int, default=1)

@@ -22,6 +22,7 @@ import argparse
 import concurrent.futures as cf
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -71,6 +72,55 @@ def pipelined(pool, n):
     for f in futures:
         f.result()
     return (time.perf_counter() - start) / n
+
+
+def pipelined_wait(pool, n):
+    """pipelined, collected with concurrent.futures.wait(futures)."""
+    start = time.perf_counter()
+    futures = [pool.submit(trivial, i) for i in range(n)]
+    cf.wait(futures)
+    return (time.perf_counter() - start) / n
+
+
+def pipelined_as_completed(pool, n):
+    """pipelined, collected with as_completed(futures)."""
+    start = time.perf_counter()
+    futures = [pool.submit(trivial, i) for i in range(n)]
+    for _ in cf.as_completed(futures):
+        pass
+    return (time.perf_counter() - start) / n
+
+
+def pipelined_callbacks(pool, n):
+    """pipelined, each future with a done-callback; ends when the last has run."""
+    import threading
+
+    last = threading.Event()
+    left = [n]
+
+    def count(_):
+        left[0] -= 1
+        if not left[0]:
+            last.set()
+
+    start = time.perf_counter()
+    for i in range(n):
+        pool.submit(trivial, i).add_done_callback(count)
+    last.wait()
+    return (time.perf_counter() - start) / n
+
+
+def asyncio_gather(pool, n):
+    """Seconds per task of asyncio.gather over n loop.run_in_executor(pool, ...) calls."""
+    import asyncio
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        await asyncio.gather(*[loop.run_in_executor(pool, trivial, i) for i in range(n)])
+        return (time.perf_counter() - start) / n
+
+    return asyncio.run(run())
 
 
 def map_overhead(pool, n):
@@ -286,7 +336,8 @@ def pools():
     return kinds
 
 
-PAIRED_ROWS = {"rt": round_trip, "pipelined": pipelined, "map": map_overhead}
+PAIRED_ROWS = {"rt": round_trip, "pipelined": pipelined, "map": map_overhead, "wait": pipelined_wait,
+               "as_completed": pipelined_as_completed, "callbacks": pipelined_callbacks, "asyncio": asyncio_gather}
 
 
 def serve(workers):
@@ -310,6 +361,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer tasks, for a smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
     parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
+    parser.add_argument("--rows", metavar="REGEX", help="measure only the rows whose title this matches")
     parser.add_argument("--serve", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -318,10 +370,16 @@ def main(argv=None):
     rows = [
         ("trivial round trip, 1 worker", "us/task", 1, round_trip, 20_000 // scale, 1e6),
         ("pipelined throughput, 1 worker", "us/task", 1, pipelined, 50_000 // scale, 1e6),
+        ("pipelined, collected by wait(fs), 1 worker", "us/task", 1, pipelined_wait, 50_000 // scale, 1e6),
+        ("pipelined, by as_completed(fs), 1 worker", "us/task", 1, pipelined_as_completed, 50_000 // scale, 1e6),
+        ("pipelined, a done-callback on each, 1 worker", "us/task", 1, pipelined_callbacks, 50_000 // scale, 1e6),
+        ("asyncio.gather of run_in_executor, 1 worker", "us/task", 1, asyncio_gather, 20_000 // scale, 1e6),
         ("map overhead, trivial fn, 4 workers", "us/elt", 4, map_overhead, 50_000 // scale, 1e6),
         ("map of 2,000 ~5 us tasks, 4 workers", "ms", 4, map_work, 2_000, 1e3),
         ("round trip, 1 worker, a busy process per CPU", "us/task", 1, loaded_round_trip, 5_000 // scale, 1e6),
     ]
+    wanted = re.compile(args.rows).search if args.rows else (lambda title: True)
+    rows = [row for row in rows if wanted(row[0])]
     kinds = pools()
     samples = {(row[0], name): [] for row in rows for name, _ in kinds}
     for name, make in kinds:
@@ -343,6 +401,7 @@ def main(argv=None):
         for method in ("fork", "spawn"):
             lifecycle.append((f"memory of an idle worker (Pss), 16 workers, {method}", "MB", 1,
                               lambda make, m=method: pss_per_worker(make, m, 16)))
+    lifecycle = [row for row in lifecycle if wanted(row[0])]
     life = {(title, name): [] for title, *_ in lifecycle for name, _ in process_pools}
     for title, _, _, measure in lifecycle:
         for repeat in range(args.repeats):
@@ -355,6 +414,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as folder:
         programs = [startup_rows(method, 16 if args.quick else 64, folder) for method in ("fork", "forkserver", "spawn")]
         for label, titles, measure in programs + program_rows(args.quick, folder):
+            if not wanted(label):
+                continue
             for repeat in range(args.repeats):
                 for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
                     if not repeat:
@@ -365,7 +426,7 @@ def main(argv=None):
     ideal = 2_000 * 5e-6 / min(4, os.cpu_count() or 1)
     idle = {}
     seconds = 2 if args.quick else 10
-    if os.path.exists("/proc/self/stat"):
+    if os.path.exists("/proc/self/stat") and wanted("idle pool"):
         for name, make in kinds[:2]:
             progress(f"{name}: idle pool, 4 workers, {seconds} s")
             idle[name] = idle_share(make, seconds)
@@ -373,12 +434,12 @@ def main(argv=None):
     print(f"pymizu vs the stdlib pools, {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
           f"{platform.machine()}, {os.cpu_count()} CPUs, median of {args.repeats} runs")
     names = [name for name, _ in kinds]
-    print(f"{'row':<46}" + "".join(f"{n:>16}" for n in names) + "".join(f"{'x vs ' + n:>20}" for n in names[1:]))
+    print(f"{'row':<58}" + "".join(f"{n:>16}" for n in names) + "".join(f"{'x vs ' + n:>20}" for n in names[1:]))
     for title, unit, _, _, _, scale in rows:
         med = {n: statistics.median(samples[(title, n)]) for n in names}
         cells = "".join(f"{med[n] * scale:>16.3f}" for n in names)
         ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
-        print(f"{title + ' (' + unit + ')':<46}{cells}{ratios}")
+        print(f"{title + ' (' + unit + ')':<58}{cells}{ratios}")
     print(f"ideal for the 2,000-task map (total work / cores): {ideal * 1e3:.3f} ms")
     print()
     print(f"{'pool life':<62}{'mizu':>12}{'ProcessPool':>14}{'mizu / ProcessPool':>20}")
