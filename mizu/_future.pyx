@@ -221,7 +221,7 @@ cdef Cell _cell_of_instance(object future):
 
 
 cdef int _observe(object future, Cell cell) except -1:
-    """Mark the future observed, so that its state changes take the lock and notify; the lock-free part runs first."""
+    """Mark the future observed, so that its state changes take the slow path (lock, waiters, callbacks); tell its pool once."""
     _pin(future)
     if not cell.observed:
         cell.observed = True

@@ -76,7 +76,7 @@ def test_as_completed_yields_each_future_once_as_it_ends(one):
 def test_as_completed_times_out_naming_the_unfinished(one):
     futures = [one.submit(children.double, 1), one.submit(children.nap, 2.0)]
     yielded = []
-    with pytest.raises(TimeoutError, match=r"1 \(of 2\) futures unfinished"):
+    with pytest.raises(cf.TimeoutError, match=r"1 \(of 2\) futures unfinished"):
         for f in cf.as_completed(futures, timeout=0.5):
             yielded.append(f)
     assert yielded == [futures[0]]
@@ -126,9 +126,9 @@ def test_a_cancelled_future_is_done_for_every_waiter(one):
 
 def test_result_times_out_then_returns_once_done(one):
     future = one.submit(children.nap, 0.3)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(cf.TimeoutError):
         future.result(timeout=0.01)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(cf.TimeoutError):
         future.exception(timeout=0)
     assert future.result(timeout=60) == 0.3
 
