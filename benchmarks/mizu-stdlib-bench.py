@@ -11,9 +11,10 @@ start method (first result, all, with shutdown), and two real programs
 with mizu's pool swapped in for the stdlib's, `compileall -j 4` over a copy
 of the stdlib's Lib/ and black (``pip install black``, the [bench] extra)
 over some of its packages, each checked to leave the same files as with
-the stdlib's pool. While it runs, it names on stderr each row and pool as
-it measures them; --json also writes the table, with every sample, to a
-file.
+the stdlib's pool. The progress bar's rows need tqdm (also in [bench]):
+mizu's map draws its own bar, the others' maps are wrapped in tqdm. While
+it runs, it names on stderr each row and pool as it measures them; --json
+also writes the table, with every sample, to a file.
 
 Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
@@ -129,6 +130,50 @@ def map_overhead(pool, n):
     for _ in pool.map(trivial, range(n)):
         pass
     return (time.perf_counter() - start) / n
+
+
+def map_with_bar(pool, n, delay=None):
+    """map_overhead with a progress bar drawn to /dev/null: mizu's own (progress=), tqdm around the map for the others.
+
+    mizu's bar appears after its default delay (0.1 s; the map may end
+    sooner), or with delay=0 from the start, as tqdm's does.
+    """
+    from tqdm import tqdm
+
+    with open(os.devnull, "w") as sink:
+        start = time.perf_counter()
+        if isinstance(pool, mizu.ProcessPoolExecutor):
+            options = {"file": sink} if delay is None else {"file": sink, "delay": delay}
+            results = pool.map(trivial, range(n), progress=options)
+        else:
+            results = tqdm(pool.map(trivial, range(n)), total=n, file=sink)
+        for _ in results:
+            pass
+        return (time.perf_counter() - start) / n
+
+
+def map_with_bar_drawn(pool, n):
+    """map_with_bar, mizu's bar drawn from the start."""
+    return map_with_bar(pool, n, delay=0)
+
+
+def bar_cost(n, pairs):
+    """{run: [ratio]}: in one pool of 4 workers, each bar row's time over map_overhead's, the two run back to back.
+
+    The rows themselves each run in a pool of their own, whose placement
+    on the CPUs alone moves the map-overhead row by several percent.
+    """
+    ratios = {map_with_bar: [], map_with_bar_drawn: []}
+    with mizu.ProcessPoolExecutor(4) as pool:
+        list(pool.map(trivial, range(n)))
+        for i in range(pairs):
+            for run, found in ratios.items():
+                if i % 2:
+                    plain, drawn = map_overhead(pool, n), run(pool, n)
+                else:
+                    drawn, plain = run(pool, n), map_overhead(pool, n)
+                found.append(drawn / plain)
+    return ratios
 
 
 def map_work(pool, n):
@@ -375,11 +420,18 @@ def main(argv=None):
         ("pipelined, a done-callback on each, 1 worker", "us/task", 1, pipelined_callbacks, 50_000 // scale, 1e6),
         ("asyncio.gather of run_in_executor, 1 worker", "us/task", 1, asyncio_gather, 20_000 // scale, 1e6),
         ("map overhead, trivial fn, 4 workers", "us/elt", 4, map_overhead, 50_000 // scale, 1e6),
+        ("map overhead, with a progress bar, 4 workers", "us/elt", 4, map_with_bar, 50_000 // scale, 1e6),
+        ("map overhead, a bar from the start, 4 workers", "us/elt", 4, map_with_bar_drawn, 50_000 // scale, 1e6),
         ("map of 2,000 ~5 us tasks, 4 workers", "ms", 4, map_work, 2_000, 1e3),
         ("round trip, 1 worker, a busy process per CPU", "us/task", 1, loaded_round_trip, 5_000 // scale, 1e6),
     ]
     wanted = re.compile(args.rows).search if args.rows else (lambda title: True)
     rows = [row for row in rows if wanted(row[0])]
+    try:
+        import tqdm as _  # noqa: F401
+    except ImportError:
+        progress("tqdm is not installed (pip install tqdm): the progress bar's row is left out")
+        rows = [row for row in rows if row[3] not in (map_with_bar, map_with_bar_drawn)]
     kinds = pools()
     samples = {(row[0], name): [] for row in rows for name, _ in kinds}
     for name, make in kinds:
@@ -392,6 +444,10 @@ def main(argv=None):
                 count = n if not slow or run is map_work else max(200, n // 20)
                 for _ in range(args.repeats):
                     samples[(title, name)].append(run(pool, count))
+    costs = {}
+    if any(row[3] is map_with_bar for row in rows):
+        progress("mizu: the progress bar's cost, back to back with the plain map")
+        costs = bar_cost(50_000 // scale, 8 * args.repeats)
     process_pools = [("mizu", mizu.ProcessPoolExecutor), ("ProcessPool", cf.ProcessPoolExecutor)]
     lifecycle = []
     for method in ("fork", "forkserver", "spawn"):
@@ -441,6 +497,11 @@ def main(argv=None):
         ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
         print(f"{title + ' (' + unit + ')':<58}{cells}{ratios}")
     print(f"ideal for the 2,000-task map (total work / cores): {ideal * 1e3:.3f} ms")
+    for run, found in costs.items():
+        low, _, high = statistics.quantiles(found, n=4)
+        how = "progress=" if run is map_with_bar else "a bar from the start (delay 0)"
+        print(f"mizu's map with {how}: {statistics.median(found):.3f}x the map without, back to back in one pool "
+              f"(quartiles {low:.3f}-{high:.3f}, {len(found)} pairs)")
     print()
     print(f"{'pool life':<62}{'mizu':>12}{'ProcessPool':>14}{'mizu / ProcessPool':>20}")
     for title, unit, scale, _ in lifecycle:
@@ -460,7 +521,9 @@ def main(argv=None):
              "median": {n: statistics.median(samples[(title, n)]) * scale for n in names},
              "samples": {n: [t * scale for t in samples[(title, n)]] for n in names}}
             for title, unit, workers, _, _, scale in rows
-        ], ideal_ms=ideal * 1e3, idle_core_share=idle, lifecycle=[
+        ], ideal_ms=ideal * 1e3, idle_core_share=idle,
+            bar_cost={("default" if run is map_with_bar else "drawn from the start"): statistics.median(found)
+                      for run, found in costs.items()}, lifecycle=[
             {"row": title, "unit": unit,
              "median": {n: statistics.median(life[(title, n)]) * scale for n, _ in process_pools},
              "samples": {n: [t * scale for t in life[(title, n)]] for n, _ in process_pools}}

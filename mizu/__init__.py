@@ -8,6 +8,7 @@ _LAZY = {
     "ProcessPoolExecutor": ("mizu._executor", "ProcessPoolExecutor"),
     "Executor": ("mizu._executor", "ProcessPoolExecutor"),
     "PeerDiedError": ("mizu._core", "PeerDiedError"),
+    **{name: ("mizu._insights", name) for name in ["Insights", "SlowTask", "WorkerInsights"]},
     "arena_block": ("mizu._arena", "arena_block"),
     "default_arena": ("mizu._arena", "default_arena"),
     **{name: ("mizu._arrays", name) for name in ["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"]},
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from mizu._arena import arena_block, default_arena
     from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
     from mizu._core import PeerDiedError
+    from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._executor import ProcessPoolExecutor
     from mizu._executor import ProcessPoolExecutor as Executor
     from mizu._rcodec import RError, RWarning
@@ -58,11 +60,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Executor",
+    "Insights",
     "PeerDiedError",
     "ProcessPoolExecutor",
     "RError",
     "RExecutor",
     "RWarning",
+    "SlowTask",
+    "WorkerInsights",
     "__version__",
     "arena_block",
     "asarray",

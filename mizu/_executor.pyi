@@ -1,11 +1,13 @@
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import ProcessPoolExecutor as _StdlibProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from threading import Thread
 from typing import Any, ParamSpec, TypeVar
+
+from mizu._insights import Insights
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -40,11 +42,18 @@ class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
             timeout: float | None = None,
             chunksize: int = 1,
             buffersize: int | None = None,
+            progress: bool | Mapping[str, Any] = False,
         ) -> Iterator[_T]: ...
         def terminate_workers(self) -> None: ...
         def kill_workers(self) -> None: ...
     else:
         def map(
-            self, fn: Callable[..., _T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+            self,
+            fn: Callable[..., _T],
+            *iterables: Iterable[Any],
+            timeout: float | None = None,
+            chunksize: int = 1,
+            progress: bool | Mapping[str, Any] = False,
         ) -> Iterator[_T]: ...
+    def insights(self) -> Insights: ...
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...

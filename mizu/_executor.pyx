@@ -15,6 +15,7 @@ from concurrent.futures import process as _process
 
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
+from mizu._progress import wanted
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -26,6 +27,32 @@ def _default_workers():
     # every CPU of the machine.
     count = os.process_cpu_count() if hasattr(os, "process_cpu_count") else os.cpu_count()
     return count or 1
+
+
+_MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progress=False)
+
+    Like the builtin `map`, with calls made in the workers, `chunksize`
+    calls to a task{ahead}. Results are yielded in order.
+
+    Parameters
+    ----------
+    progress : bool or dict
+        Show a progress bar that counts calls as they complete, once the map
+        has run for 0.1 s: tqdm's (``tqdm.auto``) when tqdm is installed,
+        with a dict's items as its options (``delay`` sets when it appears),
+        else a plain line on stderr (of the options, only ``desc`` and
+        ``delay`` are used). Not in the stdlib's signature.
+
+    Raises
+    ------
+    TimeoutError
+        A result is not ready `timeout` seconds after the call to map.
+    TypeError
+        `progress` is neither a bool nor a dict, or is asked of a pool with
+        a ``submit`` of its own (tqdm's ``process_map`` sets one).
+    ValueError
+        `progress`'s ``delay`` is not a number of seconds >= 0.
+    """
 
 
 class ProcessPoolExecutor(_process.ProcessPoolExecutor):
@@ -108,36 +135,46 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
         """
         return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize):
-        return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers)
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress):
+        if "submit" in self.__dict__ or type(self).submit is not ProcessPoolExecutor.submit:
+            # A submit of its own, set on this pool (tqdm's process_map
+            # counts the futures it returns) or a subclass's, sees every
+            # task, as under the stdlib's map: one per chunk of calls.
+            if wanted(progress):
+                raise TypeError("progress cannot be combined with a submit of the pool's own (set on it, or a "
+                                "subclass's); leave progress=False, or count the futures that submit returns")
+            extra = {} if buffersize is None else {"buffersize": buffersize}
+            return _process.ProcessPoolExecutor.map(self, fn, *iterables, timeout=timeout, chunksize=chunksize,
+                                                    **extra)
+        return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress)
 
     if sys.version_info >= (3, 14):
-        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):
-            """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None)
+        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
+            return self._map(fn, iterables, timeout, chunksize, buffersize, progress)
 
-            Like the builtin `map`, with calls made in the workers, `chunksize`
-            calls to a task, at most `buffersize` tasks submitted ahead.
-            Results are yielded in order.
-
-            Raises
-            ------
-            TimeoutError
-                A result is not ready `timeout` seconds after the call to map.
-            """
-            return self._map(fn, iterables, timeout, chunksize, buffersize)
+        map.__doc__ = _MAP_DOC.format(buffersize=", buffersize=None",
+                                      ahead=",\n    at most `buffersize` tasks submitted ahead")
     else:
-        def map(self, fn, *iterables, timeout=None, chunksize=1):
-            """map(fn, *iterables, timeout=None, chunksize=1)
+        def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
+            return self._map(fn, iterables, timeout, chunksize, None, progress)
 
-            Like the builtin `map`, with calls made in the workers, `chunksize`
-            calls to a task. Results are yielded in order.
+        map.__doc__ = _MAP_DOC.format(buffersize="", ahead="")
 
-            Raises
-            ------
-            TimeoutError
-                A result is not ready `timeout` seconds after the call to map.
-            """
-            return self._map(fn, iterables, timeout, chunksize, None)
+    def insights(self):
+        """insights()
+
+        What the pool has done so far, for a map that is slower than it
+        should be: each worker's calls, its time busy running tasks and idle
+        beside them, its start-up, and the five slowest tasks. Not in the
+        stdlib's Executor.
+
+        Returns
+        -------
+        Insights
+            A snapshot; ``print()`` shows it as a table. After shutdown, the
+            workers' figures as of their end.
+        """
+        return self._pool.insights()
 
     def shutdown(self, wait=True, *, cancel_futures=False):
         """shutdown(wait=True, *, cancel_futures=False)

@@ -1,4 +1,4 @@
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -22,4 +22,5 @@ def map_results(
     chunksize: int,
     buffersize: int | None,
     workers: int,
+    progress: bool | Mapping[str, Any] | None = False,
 ) -> MapResults: ...

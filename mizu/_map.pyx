@@ -9,6 +9,7 @@ iterable the bare item (a batch task, doc/dev/messages.rst).
 
 from cpython.list cimport PyList_GET_SIZE
 
+from mizu._future cimport cell_of
 from mizu._messages cimport BATCH, FLAT, SINGLE
 from mizu._pool cimport Pool
 
@@ -16,6 +17,8 @@ import collections
 import itertools
 from concurrent.futures import _base
 from time import monotonic as _monotonic
+
+from mizu._progress import Progress, total_of, wanted
 
 
 __all__ = ["MapResults", "map_results"]
@@ -78,11 +81,13 @@ cdef Py_ssize_t _batch_size(double task_seconds, Py_ssize_t units, Py_ssize_t ch
     return min(by_time, by_balance, _MAX_BATCH)
 
 
-def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers):
+def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
-    The arguments are the Executor's; workers: its max_workers. Bad ones
-    raise the stdlib's errors, before any call is submitted.
+    The arguments are the Executor's; workers: its max_workers; progress:
+    False, or the option of a bar (mizu._progress.Progress) that counts the
+    calls of each batch as the pool settles it. Bad ones raise the stdlib's errors (or
+    Progress's), before any call is submitted.
     """
     if chunksize < 1:
         raise ValueError("chunksize must be >= 1.")
@@ -105,12 +110,21 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
         batches = _slices(units, per_batch)
     else:
         batches = _chunks(units, 1)
+    bar = None
+    if wanted(progress):
+        bar = Progress(progress, total_of(iterables) if buffersize is not None else
+                       len(units) if flat else sum(map(len, units)))
 
     def send(batch):
-        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)))
+        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)), bar)
 
-    futures = collections.deque(
-        map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))
+    try:
+        futures = collections.deque(
+            map(send, batches if buffersize is None else itertools.islice(batches, buffersize)))
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        raise
 
     def results():
         """Each batch's values, in a list in reverse order, for MapResults to pop."""
@@ -124,6 +138,9 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                 except _base.TimeoutError:
                     future.cancel()
                     raise
+                finally:
+                    if bar is not None:
+                        pool.counters.pop(cell_of(future), None)
                 del future
                 if failures:
                     del values[failures[0][0]:]
@@ -136,5 +153,11 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
         finally:
             for future in futures:
                 future.cancel()
+            if bar is not None:
+                # A batch that never settles (cancelled, or its task could
+                # not be sent) leaves no counter behind in the pool.
+                for future in futures:
+                    pool.counters.pop(cell_of(future), None)
+                bar.close()
 
     return MapResults(results())

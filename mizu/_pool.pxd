@@ -22,6 +22,11 @@ cdef class Worker:
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Pool.pick)
     cdef public bint starting         # its first process is starting, counted in Pool.coming
+    # For Pool.insights: when its first process started and said it takes
+    # tasks (monotonic seconds, 0 until then), the calls its tasks made and
+    # the seconds they ran, over all its processes.
+    cdef readonly double launched_at, up_at, busy
+    cdef readonly Py_ssize_t calls_done
 
     cdef release(self)
 
@@ -50,6 +55,11 @@ cdef class Pool:
     cdef Py_ssize_t reserved            # pending's first tasks, running: for workers coming (see dispatch)
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
     cdef int owner                      # the process that made the pool
+    cdef readonly dict counters         # cell -> what counts its calls when it settles (a map's progress bar)
+    cdef list slowest                   # Pool.insights' slowest tasks: (seconds, worker, task_repr), longest first
+    cdef double slow_floor              # the seconds a task must exceed to join them
+    cdef object stopped_at              # monotonic seconds when the workers were let go, or None
+    cdef object final_workers           # the workers' figures then (worker_figures)
     cdef object __weakref__
 
     cdef grow(self)
@@ -59,7 +69,7 @@ cdef class Pool:
     cdef outstanding(self)
     cdef close_workers(self, kill=*)
     cdef release(self)
-    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls)
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=*)
     cdef int refuse_if_closed(self) except -1
     cdef void learn(self, double seconds) noexcept
     cdef dispatch(self)
@@ -76,6 +86,7 @@ cdef class Pool:
     cdef collect_ready(self)
     cdef handle(self, bytes slot)
     cdef settle(self, bytes slot)
+    cdef note_slow(self, Worker worker, Cell cell, double seconds)
     cdef replace(self, Worker worker)
     cdef check_workers(self)
     cdef str obituary_of(self, Worker worker)

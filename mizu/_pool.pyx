@@ -101,6 +101,7 @@ _SHORT_TASK = 200e-6
 cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
 cdef double _SHORT_TASK_C = _SHORT_TASK
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
+_SLOWEST = 5          # the slowest tasks that insights() reports
 
 
 cdef extern from "pythread.h":
@@ -242,6 +243,10 @@ cdef class Pool:
         self.manager = None
         self.ref = weakref.ref(self)
         self.owner = os.getpid()
+        self.slowest = []
+        self.slow_floor = 0.0
+        self.counters = {}
+        self.stopped_at = self.final_workers = None
         _all_pools.add(self)
 
     # -- starting and stopping -------------------------------------------------------------
@@ -292,6 +297,8 @@ cdef class Pool:
         # a retired process, does not hold the other workers' depth down.
         worker.starting = worker.process is None
         self.coming += worker.starting
+        if worker.starting:
+            worker.launched_at = _monotonic()
         proc = None
         try:
             proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
@@ -360,6 +367,8 @@ cdef class Pool:
         self.recv_lock.take(kForever)
         self.send_lock.take(kForever)
         try:
+            self.final_workers = self.worker_figures()
+            self.stopped_at = _monotonic()
             for worker in self.roster:
                 if worker.channel is not None:
                     worker.channel.close()
@@ -372,7 +381,7 @@ cdef class Pool:
 
     # -- submitting ---------------------------------------------------------------------------
 
-    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls):
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None):
         """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape."""
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
@@ -385,12 +394,16 @@ cdef class Pool:
             # latter empties `pending`, either wholly before or wholly after.
             self.refuse_if_closed()
             self.pending.push(future)
+            if counter is not None:
+                self.counters[cell] = counter
         else:
             with self.state_lock:
                 self.refuse_if_closed()
                 if not self.started:
                     self.start()
                 self.pending.push(future)
+                if counter is not None:
+                    self.counters[cell] = counter
                 if self.on_demand:
                     try:
                         self.adjust()
@@ -403,6 +416,7 @@ cdef class Pool:
                             if cell.state is _RUNNING:   # reserved meanwhile by another thread's dispatch
                                 self.reserved -= 1
                             _drop_task(cell)
+                            self.counters.pop(cell, None)
                         raise
         self.dispatch()
         if self.pending.size():
@@ -721,6 +735,8 @@ cdef class Pool:
             return
         if status == READY:
             worker.up = True
+            if not worker.up_at:
+                worker.up_at = _monotonic()
             if worker.starting:
                 worker.starting = False
                 self.coming -= 1
@@ -735,12 +751,51 @@ cdef class Pool:
             return
         cell = cell_of(future)
         self.learn(m.result.seconds / cell.calls)
+        worker.calls_done += cell.calls
+        worker.busy += m.result.seconds
+        if m.result.seconds > self.slow_floor:
+            self.note_slow(worker, cell, m.result.seconds)
         _drop_task(cell)
+        if self.counters:
+            counter = self.counters.pop(cell, None)
+            if counter is not None:
+                counter.add(cell.calls)
         if self.on_demand and len(self.workers) < len(self.roster):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
         self.codec.complete(future, cell, status, value)
+
+    cdef note_slow(self, Worker worker, Cell cell, double seconds):
+        """Count the task of cell among the slowest (a new list: insights() may read the old one meanwhile)."""
+        slowest = sorted(self.slowest + [(seconds, worker.index, task_repr(cell.kind, cell.fn, cell.first, cell.second,
+                                                                           cell.calls))],
+                         key=lambda entry: -entry[0])[:_SLOWEST]
+        if len(slowest) == _SLOWEST:
+            self.slow_floor = slowest[-1][0]
+        self.slowest = slowest
+
+    def worker_figures(self):
+        """(index, pid or None, calls, busy, up_at, launched_at) of each worker, as of now or of its release."""
+        cdef Worker worker
+        if self.final_workers is not None:
+            return self.final_workers
+        return [(worker.index, None if worker.process is None else worker.process.pid, worker.calls_done, worker.busy,
+                 worker.up_at, worker.launched_at) for worker in list(self.roster)]
+
+    def insights(self):
+        """Insights: each worker's calls, busy and idle time, and the slowest tasks so far."""
+        # Imported here: dataclasses costs milliseconds that a pool not asked for insights need not pay.
+        from mizu._insights import Insights, SlowTask, WorkerInsights
+
+        end = _monotonic() if self.stopped_at is None else self.stopped_at
+        workers = tuple(
+            WorkerInsights(index=index, pid=pid, calls=calls, busy=busy,
+                           idle=max(0.0, end - up_at - busy) if up_at else 0.0,
+                           startup=up_at - launched_at if up_at else None)
+            for index, pid, calls, busy, up_at, launched_at in self.worker_figures())
+        return Insights(workers=workers,
+                        slowest=tuple(SlowTask(seconds, index, task) for seconds, index, task in self.slowest))
 
     cdef replace(self, Worker worker):
         worker.process.join()
@@ -881,6 +936,7 @@ cdef class Pool:
         for worker in self.workers:
             futures.extend(worker.in_flight.take_all())
         self.feeding.clear()
+        self.counters.clear()
         self.workers, self.roster, self.results, self.segment = [], [], None, None
         self.send_lock, self.recv_lock, self.state_lock = Lock(), Lock(), threading.RLock()
         self.kicked = threading.Event()

@@ -135,12 +135,14 @@ class RExecutor(concurrent.futures.Executor):
         """
         return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):
-        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
+        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False)
 
         Like the builtin `map`, with the R function `fn` called in the
         workers, `chunksize` calls to a task, at most `buffersize` tasks
         submitted ahead (None: all at once). Results are yielded in order.
+        `progress` shows a bar counting calls as they complete, as
+        `ProcessPoolExecutor.map`'s does.
 
         Raises
         ------
@@ -150,7 +152,20 @@ class RExecutor(concurrent.futures.Executor):
             The R call of an item failed, when iteration reaches it.
         """
         return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
-                           self._max_workers)
+                           self._max_workers, progress)
+
+    def insights(self):
+        """insights()
+
+        What the pool has done so far: each R worker's calls, its time busy
+        and idle, its start-up, and the five slowest tasks (see
+        `ProcessPoolExecutor.insights`).
+
+        Returns
+        -------
+        Insights
+        """
+        return self._pool.insights()
 
     def shutdown(self, wait=True, *, cancel_futures=False):
         """shutdown(wait=True, *, cancel_futures=False)

@@ -1,7 +1,9 @@
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
+
+from mizu._insights import Insights
 
 __all__ = ["RExecutor"]
 
@@ -23,5 +25,7 @@ class RExecutor(Executor):
         timeout: float | None = None,
         chunksize: int = 1,
         buffersize: int | None = None,
+        progress: bool | Mapping[str, Any] = False,
     ) -> Iterator[Any]: ...
+    def insights(self) -> Insights: ...
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...

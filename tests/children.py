@@ -244,6 +244,13 @@ def die_at(x, fatal=7):
     return x
 
 
+def fail_at(x, bad=7):
+    """x, unless x is bad: then it raises ValueError."""
+    if x == bad:
+        raise ValueError(f"{x} is bad")
+    return x
+
+
 def raise_keyboard_interrupt():
     raise KeyboardInterrupt
 

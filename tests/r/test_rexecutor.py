@@ -8,7 +8,9 @@ doc/user/r.rst.
 
 import asyncio
 import concurrent.futures as cf
+import io
 import os
+import re
 import time
 import warnings
 
@@ -81,6 +83,18 @@ def test_map_gives_what_rscript_gives_in_order(r, r_library):
 def test_map_with_several_iterables_and_a_buffer(r):
     assert list(r.map("function(a, b) a * b", range(50), range(50, 100), buffersize=3)) == [
         a * b for a, b in zip(range(50), range(50, 100))]
+
+
+def test_map_shows_a_bar_counting_calls_and_the_pool_its_insights(r_library):
+    out = io.StringIO()
+    with mizu.RExecutor(2) as pool:
+        assert list(pool.map("function(x) x * 2", range(120), chunksize=9, progress={"file": out, "delay": 0})) == [
+            2 * x for x in range(120)]
+        pool.submit("function(s) { Sys.sleep(s); s }", 0.2).result()
+        seen = pool.insights()
+    assert re.findall(r"(\d+)/(\d+)", out.getvalue())[-1] == ("120", "120")
+    assert sum(w.calls for w in seen.workers) == 121 and all(w.startup is not None for w in seen.workers)
+    assert seen.slowest[0].seconds >= 0.2 and seen.slowest[0].task.startswith("(function(s)")
 
 
 def test_keywords_become_named_arguments(r, r_library):
