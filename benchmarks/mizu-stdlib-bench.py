@@ -66,10 +66,10 @@ def loaded_round_trip(pool, n):
             hog.wait()
 
 
-def pipelined(pool, n):
-    """Seconds per task: submit n, then wait for all."""
+def pipelined(pool, n, fn=trivial):
+    """Seconds per task: submit n calls of fn, then wait for all."""
     start = time.perf_counter()
-    futures = [pool.submit(trivial, i) for i in range(n)]
+    futures = [pool.submit(fn, i) for i in range(n)]
     for f in futures:
         f.result()
     return (time.perf_counter() - start) / n
@@ -173,6 +173,27 @@ def bar_cost(n, pairs):
                 else:
                     drawn, plain = run(pool, n), map_overhead(pool, n)
                 found.append(drawn / plain)
+    return ratios
+
+
+def by_value_cost(n, pairs):
+    """{label: [ratio]}: the pipelined row in a pool with by_value=True over one without, the two run back to back.
+
+    Of trivial (which cloudpickle, too, pickles by reference) and of a
+    lambda (by value); each is sent to the worker once.
+    """
+    ratios = {"trivial": [], "a lambda": []}
+    fns = {"trivial": trivial, "a lambda": lambda x: x}
+    with mizu.ProcessPoolExecutor(1) as plain, mizu.ProcessPoolExecutor(1, by_value=True) as by_value:
+        for pool in (plain, by_value):
+            pipelined(pool, n)
+        for i in range(pairs):
+            for label, found in ratios.items():
+                if i % 2:
+                    off, on = pipelined(plain, n), pipelined(by_value, n, fns[label])
+                else:
+                    on, off = pipelined(by_value, n, fns[label]), pipelined(plain, n)
+                found.append(on / off)
     return ratios
 
 
@@ -448,6 +469,10 @@ def main(argv=None):
     if any(row[3] is map_with_bar for row in rows):
         progress("mizu: the progress bar's cost, back to back with the plain map")
         costs = bar_cost(50_000 // scale, 8 * args.repeats)
+    by_value = {}
+    if any(row[3] is pipelined for row in rows):
+        progress("mizu: pipelined with by_value=True, back to back with it off")
+        by_value = by_value_cost(20_000 // scale, 4 * args.repeats)
     process_pools = [("mizu", mizu.ProcessPoolExecutor), ("ProcessPool", cf.ProcessPoolExecutor)]
     lifecycle = []
     for method in ("fork", "forkserver", "spawn"):
@@ -497,6 +522,10 @@ def main(argv=None):
         ratios = "".join(f"{med[n] / med['mizu']:>19.1f}x" for n in names[1:])
         print(f"{title + ' (' + unit + ')':<58}{cells}{ratios}")
     print(f"ideal for the 2,000-task map (total work / cores): {ideal * 1e3:.3f} ms")
+    for label, found in by_value.items():
+        low, _, high = statistics.quantiles(found, n=4)
+        print(f"mizu's pipelined row with by_value=True, calling {label}: {statistics.median(found):.3f}x "
+              f"by_value off, back to back (quartiles {low:.3f}-{high:.3f}, {len(found)} pairs)")
     for run, found in costs.items():
         low, _, high = statistics.quantiles(found, n=4)
         how = "progress=" if run is map_with_bar else "a bar from the start (delay 0)"
@@ -523,7 +552,8 @@ def main(argv=None):
             for title, unit, workers, _, _, scale in rows
         ], ideal_ms=ideal * 1e3, idle_core_share=idle,
             bar_cost={("default" if run is map_with_bar else "drawn from the start"): statistics.median(found)
-                      for run, found in costs.items()}, lifecycle=[
+                      for run, found in costs.items()},
+            by_value_cost={label: statistics.median(found) for label, found in by_value.items()}, lifecycle=[
             {"row": title, "unit": unit,
              "median": {n: statistics.median(life[(title, n)]) * scale for n, _ in process_pools},
              "samples": {n: [t * scale for t in life[(title, n)]] for n, _ in process_pools}}

@@ -32,6 +32,7 @@ class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
         initargs: tuple[Any, ...] = (),
         *,
         max_tasks_per_child: int | None = None,
+        by_value: bool | None = None,
     ) -> None: ...
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]: ...
     if sys.version_info >= (3, 14):

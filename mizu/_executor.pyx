@@ -15,6 +15,7 @@ from concurrent.futures import process as _process
 
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
+from mizu._pickler import by_value as pickling_by_value
 from mizu._progress import wanted
 
 __all__ = ["ProcessPoolExecutor"]
@@ -56,7 +57,7 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
 
 
 class ProcessPoolExecutor(_process.ProcessPoolExecutor):
-    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None)
+    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None)
 
     An Executor that runs calls in worker processes, through shared memory.
 
@@ -80,14 +81,27 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
         Arguments for `initializer`.
     max_tasks_per_child : int, optional
         Tasks a worker runs before it exits and is replaced.
+    by_value : bool, optional
+        Pickle the callables that tasks call, and `initializer`, with
+        cloudpickle (which must be installed), so that lambdas, closures and
+        functions defined in ``__main__`` or a notebook run under every start
+        method; arguments and results stay with the stdlib's pickle. Each
+        callable still goes to a worker once. By default (None) the
+        ``MIZU_BY_VALUE`` environment variable decides (``1`` or ``true``:
+        on); off, as the stdlib does, callables are pickled by reference.
+        Not in the stdlib's signature.
 
     Raises
     ------
     ValueError
-        `max_workers` or `max_tasks_per_child` is not positive, or
-        `max_tasks_per_child` is combined with a ``fork`` context.
+        `max_workers` or `max_tasks_per_child` is not positive,
+        `max_tasks_per_child` is combined with a ``fork`` context, or
+        ``MIZU_BY_VALUE`` is set to something other than 0, 1, false or true.
     TypeError
-        `initializer` is not callable, or `max_tasks_per_child` is not an int.
+        `initializer` is not callable, `max_tasks_per_child` is not an int,
+        or `by_value` is not a bool or None.
+    ImportError
+        Pickling by value is on and cloudpickle is not installed.
 
     See Also
     --------
@@ -95,7 +109,7 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
     """
 
     def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
-                 max_tasks_per_child=None):
+                 max_tasks_per_child=None, by_value=None):
         if max_workers is None:
             max_workers = _default_workers()
         elif max_workers <= 0:
@@ -116,7 +130,8 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
             mp_context = multiprocessing.get_context()
         self._max_workers = max_workers
         self._mp_context = mp_context
-        launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child)
+        launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
+                                           pickling_by_value(by_value))
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
         # Collecting the executor shuts the pool down; work already submitted still completes.
         weakref.finalize(self, Pool.shutdown, self._pool, False, False)

@@ -23,6 +23,7 @@ import socket
 import subprocess
 
 from mizu._messages import Codec
+from mizu._pickler import ByValue
 from mizu._worker import main as _worker_main
 
 
@@ -36,12 +37,18 @@ class MultiprocessingLauncher:
     initializer, initargs, max_tasks
         The Executor's: each worker calls ``initializer(*initargs)`` first
         and retires after `max_tasks` tasks (None: never).
+    by_value : bool
+        Pickle the tasks' callables, and the initializer, by value
+        (mizu._pickler.ByValue).
     """
 
-    def __init__(self, context, initializer, initargs, max_tasks):
+    def __init__(self, context, initializer, initargs, max_tasks, by_value=False):
         self.codec = Codec()
         self.setup_name = "initializer"
         self.context = context
+        self.by_value = by_value
+        if by_value and initializer is not None:
+            initializer = ByValue(initializer)
         self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
         method = context.get_start_method(allow_none=False)
         # The stdlib's rule: fork starts every worker at once; spawn and

@@ -9,15 +9,21 @@ copy of its items.
 
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
+
+A pool made with ``by_value`` sends its callables wrapped in `ByValue`:
+cloudpickle pickles them, by value where pickle would name them (lambdas,
+closures, functions of ``__main__``); the data beside them stays pickle's.
 """
 
 import copyreg
 import io
+import os
 import pickle
 import sys
 import threading
 
 PROTOCOL = 5
+BY_VALUE_VARIABLE = "MIZU_BY_VALUE"
 
 _BIG = 1 << 20   # a buffer grown past this by one message is not kept for the next
 
@@ -111,3 +117,53 @@ def dumps(obj, buffer_callback=None):
 
 
 loads = pickle.loads
+
+
+class ByValue:
+    """ByValue(fn)
+
+    Pickles as cloudpickle's pickle of fn, and unpickles as fn itself;
+    unpickled or not (a forked worker inherits its initializer), calling it
+    calls fn.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __reduce__(self):
+        import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        return cloudpickle.loads, (cloudpickle.dumps(self.fn, protocol=PROTOCOL),)
+
+
+def by_value(choice):
+    """Whether a pool pickles its callables by value: choice (a bool), or if None the MIZU_BY_VALUE variable's.
+
+    Raises
+    ------
+    TypeError
+        choice is neither a bool nor None.
+    ValueError
+        The variable is set to something other than 0, 1, false or true.
+    ImportError
+        Pickling by value is asked for and cloudpickle is not installed.
+    """
+    if choice is None:
+        text = os.environ.get(BY_VALUE_VARIABLE, "").strip().lower()
+        if text not in ("", "0", "1", "false", "true"):
+            raise ValueError(f"{BY_VALUE_VARIABLE} must be 0, 1, false or true, not {os.environ[BY_VALUE_VARIABLE]!r}")
+        choice = text in ("1", "true")
+    elif not isinstance(choice, bool):
+        raise TypeError(f"by_value must be True, False or None, not {type(choice).__name__}")
+    if choice:
+        try:
+            import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("pickling callables by value (by_value=True, or MIZU_BY_VALUE=1) needs cloudpickle: "
+                              "pip install cloudpickle") from exc
+    return choice

@@ -1,0 +1,110 @@
+"""Pickling callables by value (by_value=True, or MIZU_BY_VALUE=1): lambdas, closures and __main__'s functions run.
+
+With it off, mizu fails them exactly as the stdlib's pool does, which is the
+oracle here.
+"""
+
+import concurrent.futures as cf
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+
+import children
+import mizu
+from helpers import child_environ
+
+
+def adder(k):
+    def add(x):
+        return x + k
+
+    return add
+
+
+CALLABLES = {
+    "lambda": (lambda x: x + 1, 2),
+    "closure": (adder(5), 6),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CALLABLES))
+def test_lambdas_and_closures_run_under_every_start_method(start_method, kind):
+    fn, one = CALLABLES[kind]
+    with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
+        assert ex.submit(fn, 1).result(timeout=60) == one
+        assert list(ex.map(fn, range(50), chunksize=7)) == [fn(x) for x in range(50)]
+        assert ex.submit(children.double, 4).result(timeout=60) == 8
+
+
+@pytest.mark.parametrize("kind", sorted(CALLABLES))
+def test_without_it_they_fail_with_the_stdlibs_error(start_method, kind):
+    fn, _ = CALLABLES[kind]
+    errors = []
+    for cls in (cf.ProcessPoolExecutor, mizu.ProcessPoolExecutor):
+        with cls(1, mp_context=multiprocessing.get_context(start_method)) as ex:
+            with pytest.raises(Exception) as caught:
+                ex.submit(fn, 1).result(timeout=60)
+            errors.append((type(caught.value), str(caught.value)))
+            assert ex.submit(children.double, 4).result(timeout=60) == 8
+    assert errors[0] == errors[1]
+
+
+def test_each_closure_keeps_its_own_captured_values():
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
+        adders = [adder(k) for k in range(5)]
+        assert [ex.submit(fn, 10).result(timeout=60) for fn in adders * 2] == [10, 11, 12, 13, 14] * 2
+
+
+MAIN_PROGRAM = """
+import multiprocessing, sys
+import mizu
+
+def triple(x):
+    return 3 * x
+
+with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(sys.argv[1]){by_value}) as ex:
+    try:
+        print(list(ex.map(triple, range(5))), ex.submit(lambda: "lambda").result(timeout=60))
+    except Exception as exc:
+        print(type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("switch", ["argument", "variable", "off"])
+def test_functions_of_a_main_module_without_a_file_run(tmp_path, method, switch):
+    """`python -c` (as a notebook): the workers cannot import __main__, so its functions must travel by value."""
+    code = MAIN_PROGRAM.format(by_value=", by_value=True" if switch == "argument" else "")
+    env = child_environ({"MIZU_BY_VALUE": "1" if switch == "variable" else "0"})
+    out = subprocess.run([sys.executable, "-c", code, method], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    if switch == "off":
+        # Unpickling __main__.triple fails in the worker, which breaks the pool, as the stdlib's.
+        assert out.stdout.split() == ["BrokenProcessPool"]
+    else:
+        assert out.stdout.strip() == "[0, 3, 6, 9, 12] lambda"
+
+
+def test_an_initializer_lambda_runs_under_spawn():
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True,
+                                  initializer=lambda: children.remember("set by a lambda")) as ex:
+        assert ex.submit(children.initialized).result(timeout=60) == ["set by a lambda"]
+
+
+def test_the_switch_refuses_what_it_cannot_read(monkeypatch):
+    with pytest.raises(TypeError, match="by_value must be True, False or None, not str"):
+        mizu.ProcessPoolExecutor(1, by_value="yes")
+    monkeypatch.setenv("MIZU_BY_VALUE", "maybe")
+    with pytest.raises(ValueError, match="MIZU_BY_VALUE must be 0, 1, false or true, not 'maybe'"):
+        mizu.ProcessPoolExecutor(1)
+    with mizu.ProcessPoolExecutor(1, by_value=False) as ex:
+        assert ex.submit(children.double, 2).result(timeout=60) == 4
+
+
+def test_without_cloudpickle_the_switch_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)
+    with pytest.raises(ImportError, match="needs cloudpickle: pip install cloudpickle"):
+        mizu.ProcessPoolExecutor(1, by_value=True)
