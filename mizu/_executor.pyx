@@ -82,14 +82,15 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
     max_tasks_per_child : int, optional
         Tasks a worker runs before it exits and is replaced.
     by_value : bool, optional
-        Pickle the callables that tasks call, and `initializer`, with
-        cloudpickle (which must be installed), so that lambdas, closures and
-        functions defined in ``__main__`` or a notebook run under every start
-        method; arguments and results stay with the stdlib's pickle. Each
-        callable still goes to a worker once. By default (None) the
-        ``MIZU_BY_VALUE`` environment variable decides (``1`` or ``true``:
-        on); off, as the stdlib does, callables are pickled by reference.
-        Not in the stdlib's signature.
+        Pickle by value, with cloudpickle (which must be installed), the
+        functions and classes that pickle would name but a worker may not
+        find by name: lambdas, closures, and those defined in ``__main__``
+        or a notebook, as a task's callable, its `initializer`, or inside its
+        arguments and results. They then run under every start method;
+        everything else stays with the stdlib's pickle, and each callable
+        still goes to a worker once. By default (None) the ``MIZU_BY_VALUE``
+        environment variable decides (``1`` or ``true``: on); off, as in the
+        stdlib, they are pickled by name. Not in the stdlib's signature.
 
     Raises
     ------

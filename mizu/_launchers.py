@@ -38,15 +38,15 @@ class MultiprocessingLauncher:
         The Executor's: each worker calls ``initializer(*initargs)`` first
         and retires after `max_tasks` tasks (None: never).
     by_value : bool
-        Pickle the tasks' callables, and the initializer, by value
-        (mizu._pickler.ByValue).
+        Pickle by value the functions and classes of tasks, and the
+        initializer, that pickle would name (mizu._pickler).
     """
 
     def __init__(self, context, initializer, initargs, max_tasks, by_value=False):
         self.codec = Codec()
+        self.codec.by_value = by_value
         self.setup_name = "initializer"
         self.context = context
-        self.by_value = by_value
         if by_value and initializer is not None:
             initializer = ByValue(initializer)
         self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
@@ -69,7 +69,8 @@ class MultiprocessingLauncher:
         channel, worker_end = socket.socketpair()
         process = self.context.Process(
             target=_worker_main,
-            args=(tasks, results, worker_end, index, os.getpid(), self.initializer, self.initargs, self.max_tasks),
+            args=(tasks, results, worker_end, index, os.getpid(), self.initializer, self.initargs, self.max_tasks,
+                  self.codec.by_value),
             name=f"mizu-worker-{index}")
         try:
             process.start()

@@ -38,6 +38,7 @@ cdef class Codec:
     """How a kind of worker takes values: the Python worker's (wire or pickle)."""
 
     cdef readonly str language
+    cdef public bint by_value   # pickle what pickle would name by value (mizu._pickler), for the Python worker
 
     cdef bint registrable(self, fn) except -1
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel)

@@ -26,6 +26,7 @@ INLINE: int
 
 @disjoint_base
 class Codec:
+    by_value: bool
     @property
     def language(self) -> str: ...
     def __new__(cls, language: str = "Python") -> Self: ...

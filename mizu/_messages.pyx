@@ -195,18 +195,21 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
     return bytes(out)
 
 
-cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, object channel):
-    """Header and the pickle of value, its large buffers out of band when channel can take their descriptors."""
+cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, object channel, bint by_value):
+    """Header and the pickle of value, its large buffers out of band when channel can take their descriptors.
+
+    by_value: functions and classes that pickle would name, it pickles by value (mizu._pickler).
+    """
     head = PyBytes_FromStringAndSize(<const char*>header, n)
     if channel is None:
-        return head + _pickle(value)
+        return head + _pickle(value, None, by_value)
     buffers = []
-    data = _pickle(value, lambda b: _in_band(b) or buffers.append(b))
+    data = _pickle(value, lambda b: _in_band(b) or buffers.append(b), by_value)
     if buffers:
         message = _out_of_band(header, n, data, [_place(buffer.raw()) for buffer in buffers], sender, channel)
         if message is not None:
             return message
-        data = _pickle(value)
+        data = _pickle(value, None, by_value)
     return head + data
 
 
@@ -232,7 +235,7 @@ cdef class Codec:
         if not encode_plain_into(w, header, n, value):
             return None
         w.clear()
-        return _pickled(header, n, value, sender, channel)
+        return _pickled(header, n, value, sender, channel, self.by_value)
 
     cdef int complete(self, object future, Cell cell, int status, object value) except -1:
         """Settle future with what a worker answered: a value, or the exception it raised."""

@@ -10,9 +10,12 @@ copy of its items.
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
 
-A pool made with ``by_value`` sends its callables wrapped in `ByValue`:
-cloudpickle pickles them, by value where pickle would name them (lambdas,
-closures, functions of ``__main__``); the data beside them stays pickle's.
+A pool made with ``by_value`` pickles its tasks with a pickler that hands
+cloudpickle the functions and classes that pickle would name but a worker
+may not find by that name (lambdas, closures, those of ``__main__``), which
+cloudpickle pickles by value; everything else, data above all, stays
+pickle's. Its initializer, which multiprocessing pickles, travels wrapped in
+`ByValue`.
 """
 
 import copyreg
@@ -21,6 +24,7 @@ import os
 import pickle
 import sys
 import threading
+import types
 
 PROTOCOL = 5
 BY_VALUE_VARIABLE = "MIZU_BY_VALUE"
@@ -61,6 +65,40 @@ class _Pickler(pickle.Pickler):
         return True if self.buffer_callback is None else self.buffer_callback(buffer)
 
 
+def _named(obj):
+    """Whether obj (a function or class) is found by its module and qualified name, outside __main__."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if module is None or module.__name__ == "__main__":
+        return False
+    found = module
+    for part in obj.__qualname__.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is obj
+
+
+def _by_cloudpickle(obj):
+    import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    return cloudpickle.loads, (cloudpickle.dumps(obj, protocol=PROTOCOL),)
+
+
+class _ByValuePickler(_Pickler):
+    """_Pickler, with functions and classes that a worker may not find by name pickled by cloudpickle.
+
+    pickle calls reducer_override for every object but None, bools and
+    exact ints, floats, str, bytes, lists, tuples, dicts and sets, so data
+    of those types pays nothing for it.
+    """
+
+    def reducer_override(self, obj):
+        kind = type(obj)
+        if (kind is types.FunctionType or isinstance(obj, type)) and not _named(obj):
+            return _by_cloudpickle(obj)
+        return NotImplemented
+
+
 _local = threading.local()
 
 
@@ -75,24 +113,28 @@ def _new_pickler(key):
     if key[0]:
         dispatch[sys.modules["numpy"].ndarray] = _reduce_ndarray
     file = io.BytesIO()
-    return _Pickler(file, dispatch), file, key
+    return (_ByValuePickler if key[2] else _Pickler)(file, dispatch), file, key
 
 
-def dumps(obj, buffer_callback=None):
-    """dumps(obj, buffer_callback=None)
+def dumps(obj, buffer_callback=None, by_value=False):
+    """dumps(obj, buffer_callback=None, by_value=False)
 
     `pickle.dumps(obj, 5, buffer_callback=buffer_callback)`, with arena-backed
-    strided arrays pickled as views (see the module's docstring).
+    strided arrays pickled as views (see the module's docstring), and with
+    by_value, functions and classes that a worker may not find by name
+    pickled by cloudpickle.
 
     Raises
     ------
     Exception
         Whatever pickling `obj` raises.
     """
-    key = _dispatch_key()
-    cached = getattr(_local, "pickler", None)
+    key = (*_dispatch_key(), bool(by_value))
+    name = "by_value" if by_value else "pickler"
+    cached = getattr(_local, name, None)
     if cached is None or cached[2] != key:
-        cached = _local.pickler = _new_pickler(key)
+        cached = _new_pickler(key)
+        setattr(_local, name, cached)
     pickler, file, _ = cached
     if pickler.busy:
         # Pickling obj pickles something else in this thread (a __reduce__
@@ -109,8 +151,8 @@ def dumps(obj, buffer_callback=None):
         pickler.buffer_callback = None
         pickler.busy = False
         if file.tell() > _BIG:
-            if _local.pickler is cached:
-                _local.pickler = None
+            if getattr(_local, name, None) is cached:
+                setattr(_local, name, None)
         else:
             file.seek(0)
             file.truncate()
@@ -136,9 +178,7 @@ class ByValue:
         return self.fn(*args, **kwargs)
 
     def __reduce__(self):
-        import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
-        return cloudpickle.loads, (cloudpickle.dumps(self.fn, protocol=PROTOCOL),)
+        return _by_cloudpickle(self.fn)
 
 
 def by_value(choice):

@@ -39,7 +39,6 @@ cdef class Pool:
     cdef readonly bint on_demand
     cdef readonly object idle, state_lock, kicked, ref
     cdef readonly Codec codec
-    cdef readonly bint by_value          # callables travel pickled by value (mizu._pickler.ByValue)
     cdef readonly Reassembler reassembler
     cdef readonly Fifo pending
     cdef readonly Lock send_lock, recv_lock

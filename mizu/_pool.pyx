@@ -86,7 +86,6 @@ from mizu import _core
 from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
                           task_repr)
 from mizu._future import LazyFuture
-from mizu._pickler import ByValue
 
 __all__ = ["Future", "Pool", "Worker"]
 
@@ -210,7 +209,6 @@ cdef class Pool:
     def __init__(self, max_workers, launcher, max_tasks):
         self.launcher = launcher
         self.codec = launcher.codec
-        self.by_value = getattr(launcher, "by_value", False)
         self.max_tasks = max_tasks
         # Each allocation is rounded up to 128 bytes; a page covers the segment's header.
         ring_bytes = (_core.MpmcRing.footprint(_RESULT_SLOTS, _SLOT_BYTES)
@@ -547,13 +545,13 @@ cdef class Pool:
                 self.last_fn_id += 1
                 fn_id = self.last_fn_id
                 flags |= CALLABLE
-                call = (ByValue(fn) if self.by_value else fn, call)
+                call = (fn, call)
             else:
                 fn_id = worker.last_fn_id = known
                 worker.last_fn = fn
         else:
             flags |= CALLABLE
-            call = (ByValue(fn) if self.by_value else fn, call)
+            call = (fn, call)
         head = task_header(cell.task_id, fn_id, flags)
         data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
         if flags & CALLABLE and fn_id:

@@ -15,4 +15,5 @@ def main(
     initializer: Callable[..., object] | None,
     initargs: tuple[Any, ...],
     max_tasks: int | None,
+    by_value: bool = False,
 ) -> None: ...

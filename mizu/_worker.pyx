@@ -79,8 +79,12 @@ def _run_units(fn, list units, int flags):
     return values, failures
 
 
-def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks):
-    """Entry point of worker `index`; returns when the client closes its ring or dies."""
+def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
+         bint by_value=False):
+    """Entry point of worker `index`; returns when the client closes its ring or dies.
+
+    by_value: the pool pickles by value what pickle would name (mizu._pickler), and so do its results.
+    """
     cdef PeerWatch client = _core.PeerWatch(client_pid)
     cdef dict registry = {}
     cdef Py_ssize_t done = 0
@@ -91,6 +95,7 @@ def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer
     cdef unsigned long long task_id
     cdef double seconds
     cdef Reassembler partial = Reassembler()
+    _codec.by_value = by_value
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
     threading.Thread(target=_exit_with, args=(client,), daemon=True, name="mizu-client-watch").start()

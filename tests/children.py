@@ -244,6 +244,10 @@ def die_at(x, fatal=7):
     return x
 
 
+def apply(fn, *args):
+    return fn(*args)
+
+
 def fail_at(x, bad=7):
     """x, unless x is bad: then it raises ValueError."""
     if x == bad:

@@ -51,6 +51,14 @@ def test_without_it_they_fail_with_the_stdlibs_error(start_method, kind):
     assert errors[0] == errors[1]
 
 
+def test_functions_inside_the_arguments_travel_by_value_too(start_method):
+    """As in a Dask graph: the task's callable is a module's function, the user's lambdas are in its arguments."""
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
+        assert ex.submit(children.apply, lambda x: [x, x], 3).result(timeout=60) == [3, 3]
+        assert ex.submit(children.apply, children.apply, adder(2), 3).result(timeout=60) == 5
+        assert list(ex.map(children.apply, [lambda x: x, adder(1), children.double], [5, 5, 5])) == [5, 6, 10]
+
+
 def test_each_closure_keeps_its_own_captured_values():
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
         adders = [adder(k) for k in range(5)]
@@ -108,3 +116,27 @@ def test_without_cloudpickle_the_switch_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cloudpickle", None)
     with pytest.raises(ImportError, match="needs cloudpickle: pip install cloudpickle"):
         mizu.ProcessPoolExecutor(1, by_value=True)
+
+
+CLASS_PROGRAM = """
+import multiprocessing
+import children, mizu
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+    def norm(self):
+        return abs(self.x)
+
+with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
+    print(ex.submit(children.apply, Point.norm, Point(-4)).result(timeout=60),
+          ex.submit(children.echo_value, Point(2)).result(timeout=60).x)
+"""
+
+
+def test_classes_of_a_main_module_without_a_file_travel_by_value(tmp_path):
+    out = subprocess.run([sys.executable, "-c", CLASS_PROGRAM], capture_output=True, text=True, timeout=120,
+                         env=child_environ(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "2"]
