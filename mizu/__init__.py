@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from mizu._arena import arena_block, default_arena
     from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
     from mizu._core import PeerDiedError
-    from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._executor import ProcessPoolExecutor
     from mizu._executor import ProcessPoolExecutor as Executor
+    from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._rcodec import RError, RWarning
     from mizu._rexecutor import RExecutor
 

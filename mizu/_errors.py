@@ -31,8 +31,32 @@ brief = _BriefRepr()
 brief.maxstring, brief.maxother = 60, 100
 
 
-def call_repr(fn, args, kwargs):
-    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' brief reprs.
+_OUTLINED = (type(None), bool, float, complex)
+_SHORT_INT_BITS = 64
+
+
+def outline_repr(value):
+    """A short repr of value made in bounded time, whatever value is, that never raises.
+
+    Scalars, and str and bytes (cut short), show as brief.repr shows them;
+    anything else only by its type, so that no user's __repr__ runs and no
+    container is walked.
+    """
+    kind = type(value)
+    try:
+        if kind in _OUTLINED or (kind is int and value.bit_length() <= _SHORT_INT_BITS):
+            return repr(value)
+        if kind is int:
+            return f"<int of {value.bit_length()} bits>"
+        if kind in (str, bytes, bytearray):
+            return brief.repr(value)
+    except Exception:
+        pass
+    return f"<{getattr(kind, '__qualname__', 'object')}>"
+
+
+def call_repr(fn, args, kwargs, arg_repr=brief.repr):
+    """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' reprs by arg_repr.
 
     An R function (a str) shows as R would call it: by its name, or its
     source in parentheses.
@@ -42,20 +66,23 @@ def call_repr(fn, args, kwargs):
     else:
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
         label = f"{module}.{name}" if module and name else brief.repr(fn)
-    parts = [brief.repr(arg) for arg in args]
-    parts.extend(f"{key}={brief.repr(value)}" for key, value in kwargs.items())
+    parts = [arg_repr(arg) for arg in args]
+    parts.extend(f"{key}={arg_repr(value)}" for key, value in kwargs.items())
     text = f"{label}({', '.join(parts)})"
     return text if len(text) <= _TASK_REPR else text[:_TASK_REPR - 3] + "..."
 
 
-def task_repr(kind, fn, first, second, calls):
-    """The call a task stands for, or the first of its map batch: its parts as its message has them (mizu._messages)."""
+def task_repr(kind, fn, first, second, calls, arg_repr=brief.repr):
+    """The call a task stands for, or the first of its map batch: its parts as its message has them (mizu._messages).
+
+    Each argument shows as arg_repr makes it.
+    """
     if kind == CALL:
-        return call_repr(fn, first, second)
+        return call_repr(fn, first, second, arg_repr)
     units, shape = first, second
     args = units[0] if shape & FLAT else units[0][0]
     return (f"a map batch of {calls} call{'s' if calls != 1 else ''}, the first "
-            f"{call_repr(fn, (args,) if shape & SINGLE else args, {})}")
+            f"{call_repr(fn, (args,) if shape & SINGLE else args, {}, arg_repr)}")
 
 
 def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):

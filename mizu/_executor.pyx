@@ -41,8 +41,9 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
         Show a progress bar that counts calls as they complete, once the map
         has run for 0.1 s: tqdm's (``tqdm.auto``) when tqdm is installed,
         with a dict's items as its options (``delay`` sets when it appears),
-        else a plain line on stderr (of the options, only ``desc`` and
-        ``delay`` are used). Not in the stdlib's signature.
+        else a plain line on stderr (of the options, only ``desc``,
+        ``total`` and ``delay`` are used). False or None: no bar. Not in the
+        stdlib's signature.
 
     Raises
     ------

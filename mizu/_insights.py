@@ -19,14 +19,17 @@ class WorkerInsights:
     calls : int
         Calls its tasks made: a map task of 100 calls counts 100.
     busy : float
-        Seconds its tasks ran, timed in the worker.
+        Seconds its tasks ran, timed in the worker, counted when each ends:
+        a task still running counts as idle time until it does.
     idle : float
         Seconds since it first took tasks (until the pool shut down) that
-        it spent not running one: waiting for work, or passing arguments
-        and results.
+        it spent not running one: waiting for work, passing arguments and
+        results, and starting the successors of processes that retired
+        (``max_tasks_per_child``).
     startup : float or None
         Seconds from starting its first process to that process taking
-        tasks; None while it is still starting.
+        tasks; None while it is starting, or before it has started (with
+        spawn and forkserver a worker starts when a task needs it).
     """
 
     index: int
@@ -49,7 +52,9 @@ class SlowTask:
         The index of the worker that ran it.
     task : str
         The call, in brief (``module.fn(arg, ...)``); for a task of map, its
-        number of calls and the first of them.
+        number of calls and the first of them. Numbers and the start of
+        strings and bytes show as their repr (so they are visible to whoever
+        reads the insights), other arguments only by their type.
     """
 
     seconds: float
@@ -59,7 +64,7 @@ class SlowTask:
 
 @dataclass(frozen=True)
 class Insights:
-    """Insights()
+    """Insights(workers, slowest)
 
     What a pool has done so far, from `ProcessPoolExecutor.insights`;
     ``print(insights)`` shows it as a table.

@@ -18,7 +18,7 @@ import itertools
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
-from mizu._progress import Progress, total_of, wanted
+from mizu._progress import TICK_SECONDS, Progress, total_of, wanted
 
 
 __all__ = ["MapResults", "map_results"]
@@ -81,6 +81,18 @@ cdef Py_ssize_t _batch_size(double task_seconds, Py_ssize_t units, Py_ssize_t ch
     return min(by_time, by_balance, _MAX_BATCH)
 
 
+def _wait_ticking(future, end_time, bar):
+    """future's result, waited for in slices that tick the bar between them, until end_time (None: no end)."""
+    while True:
+        bar.tick()
+        left = None if end_time is None else end_time - _monotonic()
+        try:
+            return future.result(TICK_SECONDS if left is None else min(left, TICK_SECONDS))
+        except _base.TimeoutError:
+            if left is not None and left <= TICK_SECONDS:
+                raise
+
+
 def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
@@ -134,7 +146,10 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     futures.extend(map(send, itertools.islice(batches, 1)))
                 future = futures.popleft()
                 try:
-                    values, failures = future.result(None if end_time is None else end_time - _monotonic())
+                    if bar is None:
+                        values, failures = future.result(None if end_time is None else end_time - _monotonic())
+                    else:
+                        values, failures = _wait_ticking(future, end_time, bar)
                 except _base.TimeoutError:
                     future.cancel()
                     raise

@@ -84,7 +84,7 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
-                          task_repr)
+                          outline_repr, task_repr)
 from mizu._future import LazyFuture
 
 __all__ = ["Future", "Pool", "Worker"]
@@ -369,6 +369,11 @@ cdef class Pool:
         try:
             self.final_workers = self.worker_figures()
             self.stopped_at = _monotonic()
+            # The bars of maps whose tasks never settled (cancelled at
+            # shutdown, unpicklable, lost with a broken pool) end here.
+            counters, self.counters = list(self.counters.values()), {}
+            for counter in set(counters):
+                counter.close()
             for worker in self.roster:
                 if worker.channel is not None:
                     worker.channel.close()
@@ -756,21 +761,35 @@ cdef class Pool:
         if m.result.seconds > self.slow_floor:
             self.note_slow(worker, cell, m.result.seconds)
         _drop_task(cell)
+        interrupted = None
         if self.counters:
             counter = self.counters.pop(cell, None)
             if counter is not None:
-                counter.add(cell.calls)
+                # A bar's own errors it logs; a signal's exception raised
+                # during its write must not keep the future from settling.
+                try:
+                    counter.add(cell.calls)
+                except BaseException as exc:
+                    interrupted = exc
         if self.on_demand and len(self.workers) < len(self.roster):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
         self.codec.complete(future, cell, status, value)
+        if interrupted is not None:
+            raise interrupted
 
     cdef note_slow(self, Worker worker, Cell cell, double seconds):
-        """Count the task of cell among the slowest (a new list: insights() may read the old one meanwhile)."""
-        slowest = sorted(self.slowest + [(seconds, worker.index, task_repr(cell.kind, cell.fn, cell.first, cell.second,
-                                                                           cell.calls))],
-                         key=lambda entry: -entry[0])[:_SLOWEST]
+        """Count the task of cell among the slowest (a new list: insights() may read the old one meanwhile).
+
+        Its arguments are described by outline_repr, in bounded time; a
+        callable whose name cannot be read is described by its type.
+        """
+        try:
+            text = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls, outline_repr)
+        except Exception:
+            text = f"a task of {outline_repr(cell.fn)}"
+        slowest = sorted(self.slowest + [(seconds, worker.index, text)], key=lambda entry: -entry[0])[:_SLOWEST]
         if len(slowest) == _SLOWEST:
             self.slow_floor = slowest[-1][0]
         self.slowest = slowest

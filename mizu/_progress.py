@@ -6,12 +6,12 @@ import threading
 from collections.abc import Mapping
 from time import monotonic as _monotonic
 
-__all__ = ["Progress", "total_of", "wanted"]
+__all__ = ["TICK_SECONDS", "Progress", "total_of", "wanted"]
 
 _TTY_INTERVAL = 0.2     # seconds between redraws of the plain line on a terminal
 _LOG_INTERVAL = 10.0    # and between lines written to a file or a pipe
 _DELAY = 0.1            # seconds a map runs before its bar appears, unless its options say
-_UPDATE_INTERVAL = 0.05  # seconds between the counts handed to a bar (tqdm redraws every 0.1 s at most)
+TICK_SECONDS = 0.05    # seconds between the ticks of a thread waiting on a map's result
 
 
 def wanted(option):
@@ -22,7 +22,7 @@ def wanted(option):
 def total_of(iterables):
     """The calls a map over iterables makes, if every iterable has a length; else None."""
     try:
-        return min(len(iterable) for iterable in iterables)
+        return min((len(iterable) for iterable in iterables), default=0)
     except TypeError:
         return None
 
@@ -71,17 +71,20 @@ class Progress:
 
     The bar that map's ``progress`` argument asks for, counting `total`
     calls (None: not known). The pool calls `add` as it settles each of the
-    map's tasks, in whichever thread collects the result, so a lock keeps
-    the bar's count and its closing in one order.
+    map's tasks, in whichever thread collects the result; it only counts
+    (and closes the bar at the total). The thread iterating over the map
+    calls `tick` before each task's result and every TICK_SECONDS while
+    it waits: that makes the bar and hands it the count, so the bar's writes
+    happen in that thread, not while the pool collects. A lock keeps counts,
+    ticks and closing in one order.
 
     As tqdm's ``delay`` option does, the bar appears only once the map has
     run for ``delay`` seconds (an option of its own here, _DELAY unless
-    given), made then with the calls done so far: a map too short to
-    watch pays nothing for a bar, not even making one. The bar is handed
-    the calls counted every _UPDATE_INTERVAL, not at each task. It closes
-    when the count reaches the total, or at `close`, whichever comes first.
-    A bar that fails (its file closed, say) is logged and dropped: the map
-    goes on.
+    given), made then with the calls done so far and the time since the
+    map began: a map too short to watch pays nothing for a bar, not even
+    making one. It closes when the count reaches the total, or at `close`,
+    whichever comes first. A bar that fails (its file closed, say) is logged
+    and dropped: the map goes on.
     """
 
     def __init__(self, option, total):
@@ -98,7 +101,6 @@ class Progress:
         self.options, self.total, self.delay = options, options["total"], delay
         self.started = _monotonic()
         self.count = self.unshown = 0
-        self.handed = 0.0
         self.bar = None
         self.closed = False
         self.lock = threading.Lock()
@@ -108,8 +110,8 @@ class Progress:
             self.show()
 
     def show(self):
-        """Make the bar, starting from the calls counted so far."""
-        self.unshown, self.handed = 0, _monotonic()
+        """Make the bar, starting from the calls counted so far and the time since the map began."""
+        self.unshown = 0
         try:
             from tqdm.auto import tqdm  # type: ignore[import-untyped, import-not-found, unused-ignore]
         except ImportError:
@@ -119,8 +121,10 @@ class Progress:
                 self.bar = _Line(self.total, self.options.get("desc"), self.count, self.started)
             else:
                 self.bar = tqdm(**{"unit": "call", **self.options, "initial": self.count})
+                # tqdm's clock starts when the bar is made; the map's started earlier.
+                self.bar.start_t -= _monotonic() - self.started
         except Exception:
-            self.closed = True
+            self.bar, self.closed = None, True
             _failed()
 
     def add(self, calls):
@@ -129,22 +133,30 @@ class Progress:
                 return
             self.count += calls
             self.unshown += calls
-            try:
-                now = _monotonic()
-                if self.bar is None and now - self.started >= self.delay:
-                    self.show()
-                elif self.bar is not None and now - self.handed >= _UPDATE_INTERVAL:
-                    self.bar.update(self.unshown)
-                    self.unshown, self.handed = 0, now
-            except Exception:
-                self.bar, self.closed = None, True
-                _failed()
             if self.total is not None and self.count >= self.total:
                 self.end()
+
+    def tick(self):
+        with self.lock:
+            if self.closed:
+                return
+            if self.bar is None:
+                if _monotonic() - self.started >= self.delay:
+                    self.show()
+            elif self.unshown:
+                try:
+                    self.bar.update(self.unshown)
+                    self.unshown = 0
+                except Exception:
+                    self.bar, self.closed = None, True
+                    _failed()
 
     def end(self):
         self.closed = True
         bar, self.bar = self.bar, None
+        if bar is None and self.count and _monotonic() - self.started >= self.delay:
+            self.show()
+            bar, self.bar = self.bar, None
         if bar is not None:
             try:
                 if self.unshown:

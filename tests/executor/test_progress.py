@@ -216,3 +216,25 @@ print(ex.insights().workers[0].calls + ex.insights().workers[1].calls, "mizu._in
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "101", "True"]
+
+
+def test_the_bar_moves_while_the_first_task_is_still_running(pool):
+    """The thread waiting on a slow first result draws what the others have done, with the map's whole time."""
+    out = io.StringIO()
+    assert list(pool.map(children.nap, [1.2] + [0.0] * 99, progress={"file": out})) == [1.2] + [0.0] * 99
+    states = [(int(n), int(total)) for n, total in re.findall(r"(\d+)/(\d+)", out.getvalue())]
+    assert any(50 <= n < 100 for n, _ in states) and states[-1] == (100, 100)
+    assert "100/100 [00:01<" in out.getvalue()
+
+
+def test_insights_describe_any_argument_in_bounded_time_without_calling_its_repr():
+    huge = 10**5000
+    with mizu.ProcessPoolExecutor(1) as ex:
+        assert ex.submit(children.double, huge).result(timeout=60) == 2 * huge
+        future = ex.submit(children.echo_value, {"many": list(range(100_000))})
+        cf.wait([future], timeout=60)   # collected by the manager thread
+        assert future.result() == {"many": list(range(100_000))}
+        assert ex.submit(children.add, 2, b=3).result(timeout=60) == 5
+        tasks = {t.task for t in ex.insights().slowest}
+    assert "children.double(<int of 16610 bits>)" in tasks
+    assert "children.echo_value(<dict>)" in tasks and "children.add(2, b=3)" in tasks
