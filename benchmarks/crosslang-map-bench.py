@@ -31,7 +31,6 @@ are checked against numpy's; the script exits 1 if one is wrong.
 Usage: python benchmarks/crosslang-map-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
 
-import argparse
 import concurrent.futures as cf
 import multiprocessing
 import os
@@ -69,10 +68,6 @@ ROWS = [
     ("df_summary", "colMeans + table, 1e6-row frame", "ms", 1e3),
     ("df_trip", "the frame's round trip", "ms", 1e3),
 ]
-
-
-def progress(message):
-    print(message, file=sys.stderr, flush=True)
 
 
 def per_call(call, quick):
@@ -137,7 +132,7 @@ def check(name, row, got, want):
     else:
         ok = np.allclose(np.ravel(got), np.ravel(want), rtol=1e-9)
     if not ok:
-        progress(f"WRONG RESULT: {name} {row}")
+        record.progress(f"WRONG RESULT: {name} {row}")
     return ok
 
 
@@ -179,7 +174,7 @@ def frame_memory_row(df):
 
 def measure(name, calls, want, quick, repeats, samples, wrong):
     for row, call in calls.items():
-        progress(f"{name}: {row}")
+        record.progress(f"{name}: {row}")
         if not check(name, row, call(), want["map_2w" if row == "map_serial" else row]):
             wrong.append((name, row))
         samples[(row, name)] = [per_call(call, quick) for _ in range(repeats)]
@@ -251,7 +246,7 @@ def rpy2_available():
     try:
         import rpy2.robjects  # noqa: F401
     except Exception as exc:   # ImportError, or rinterface failing to load against this R
-        progress(f"rpy2 rows left out: {type(exc).__name__}: {exc}")
+        record.progress(f"rpy2 rows left out: {type(exc).__name__}: {exc}")
         return False
     return True
 
@@ -407,7 +402,7 @@ cat("mclapply", "map_4w", vapply(seq_len(repeats), function(i) per_call(mc4), 0)
 
 
 def r_rows(quick, repeats, samples):
-    progress("R and mclapply: every row, in one Rscript")
+    record.progress("R and mclapply: every row, in one Rscript")
     script = R_SCRIPT % {"n": N, "chunks": CHUNKS, "chunk": CHUNK, "trivial": TRIVIAL, "x2": X2, "mapped": MAPPED,
                          "summary": SUMMARY, "frame_rows": FRAME_ROWS}
     budget = SAMPLE_SECONDS / (10 if quick else 1)
@@ -472,11 +467,8 @@ def table(samples, systems):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="samples of each row and system (default 5)")
-    parser.add_argument("--quick", action="store_true", help="shorter samples and a 0.1 GB memory row, a smoke test")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
-    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
+    parser = record.parser(__doc__.splitlines()[0], 5, "samples of each row and system (default 5)",
+                           "shorter samples and a 0.1 GB memory row, a smoke test")
     args = parser.parse_args(argv)
     x, chunks = data()
     df = frame()
@@ -491,12 +483,12 @@ def main(argv=None):
     rscript_rows(x, want, args.quick, args.repeats, samples, wrong)
     r_rows(args.quick, args.repeats, samples)
     systems += ["Rscript", "mclapply", "R"]
-    progress("mizu: memory of 4 workers reading one array")
+    record.progress("mizu: memory of 4 workers reading one array")
     gigabytes = 0.1 if args.quick else 1.0
     private, resident, machine, ok = memory_row(gigabytes)
     if not ok:
         wrong.append(("mizu", "memory"))
-    progress("mizu: memory of a worker reading the frame")
+    record.progress("mizu: memory of a worker reading the frame")
     frame_private, frame_columns, ok = frame_memory_row(df)
     if not ok:
         wrong.append(("mizu", "frame memory"))
@@ -513,7 +505,7 @@ def main(argv=None):
         rows["frame_memory"] = {"columns_mb": frame_columns, "private_mb": frame_private}
         record.write(args.json, "crosslang-map-bench", argv, args, rows=rows)
     if wrong:
-        progress(f"wrong results: {wrong}")
+        record.progress(f"wrong results: {wrong}")
         return 1
     return 0
 

@@ -16,7 +16,6 @@ sample, to a file.
 Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
 
-import argparse
 import concurrent.futures as cf
 import os
 import statistics
@@ -83,10 +82,6 @@ def kinds():
     ]
 
 
-def progress(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def size_label(size):
     return f"{size >> 30} GB" if size >= 1 << 30 else f"{size >> 20} MB"
 
@@ -97,7 +92,7 @@ def round_trips(sizes, repeats):
         with make() as pool:
             pool.round_trip(echo, allocate(1000))
             for size in sizes:
-                progress(f"{name}: {size_label(size)}")
+                record.progress(f"{name}: {size_label(size)}")
                 a = allocate(size // 8)
                 a[:] = 1.0
                 for _ in range(repeats if size < 1 << 30 else max(1, repeats // 2)):
@@ -180,16 +175,13 @@ def memory_for_four_workers(nbytes):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each row (default 5; 1 GB rows half)")
-    parser.add_argument("--quick", action="store_true", help="1 MB and 10 MB only, for a smoke test")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
-    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
+    parser = record.parser(__doc__.splitlines()[0], 5, "runs of each row (default 5; 1 GB rows half)",
+                           "1 MB and 10 MB only, for a smoke test")
     args = parser.parse_args(argv)
     sizes = [1 << 20, 10 << 20] if args.quick else [1 << 20, 100 << 20, 1 << 30]
     samples = round_trips(sizes, args.repeats)
     nbytes = sizes[-1]
-    progress(f"memory: one {nbytes >> 20} MB mizu.empty array read by 4 workers")
+    record.progress(f"memory: one {nbytes >> 20} MB mizu.empty array read by 4 workers")
     added = memory_for_four_workers(nbytes)
     names = [k[0] for k in kinds()]
     print(f"numpy float64 round trips (argument and result of the same size), {time.strftime('%Y-%m-%d')}, "

@@ -387,7 +387,7 @@ def program_rows(quick, folder):
     try:
         import black as _  # noqa: F401
     except ImportError:
-        progress("black is not installed (pip install black): its row is left out")
+        record.progress("black is not installed (pip install black): its row is left out")
     else:
         rows.append((black_title, [black_title], black))
     return rows
@@ -416,17 +416,10 @@ def serve(workers):
     return 0
 
 
-def progress(message):
-    print(message, file=sys.stderr, flush=True)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each row and pool (default 5)")
-    parser.add_argument("--quick", action="store_true", help="fewer tasks, for a smoke test")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows, medians and samples to PATH")
-    parser.add_argument("--note", default="", help="a remark on the run, kept in the --json file's metadata")
+    parser = record.parser(__doc__.splitlines()[0], 5, "runs of each row and pool (default 5)",
+                           "fewer tasks, for a smoke test")
     parser.add_argument("--rows", metavar="REGEX", help="measure only the rows whose title this matches")
     parser.add_argument("--serve", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -451,13 +444,13 @@ def main(argv=None):
     try:
         import tqdm as _  # noqa: F401
     except ImportError:
-        progress("tqdm is not installed (pip install tqdm): the progress bar's row is left out")
+        record.progress("tqdm is not installed (pip install tqdm): the progress bar's row is left out")
         rows = [row for row in rows if row[3] not in (map_with_bar, map_with_bar_drawn)]
     kinds = pools()
     samples = {(row[0], name): [] for row in rows for name, _ in kinds}
     for name, make in kinds:
         for title, _, workers, run, n, _ in rows:
-            progress(f"{name}: {title}")
+            record.progress(f"{name}: {title}")
             with make(workers) as pool:
                 for _ in range(max(1, workers)):
                     list(pool.map(trivial, range(workers * 4)))
@@ -467,11 +460,11 @@ def main(argv=None):
                     samples[(title, name)].append(run(pool, count))
     costs = {}
     if any(row[3] is map_with_bar for row in rows):
-        progress("mizu: the progress bar's cost, back to back with the plain map")
+        record.progress("mizu: the progress bar's cost, back to back with the plain map")
         costs = bar_cost(50_000 // scale, 8 * args.repeats)
     by_value = {}
     if any(row[3] is pipelined for row in rows):
-        progress("mizu: pipelined with by_value=True, back to back with it off")
+        record.progress("mizu: pipelined with by_value=True, back to back with it off")
         by_value = by_value_cost(20_000 // scale, 4 * args.repeats)
     process_pools = [("mizu", mizu.ProcessPoolExecutor), ("ProcessPool", cf.ProcessPoolExecutor)]
     lifecycle = []
@@ -489,7 +482,7 @@ def main(argv=None):
             # In alternation, so that both meet the machine in the same state.
             for name, cls in process_pools:
                 if not repeat:
-                    progress(f"{name}: {title}")
+                    record.progress(f"{name}: {title}")
                 life[(title, name)].append(measure(lambda w, ctx, cls=cls: cls(w, mp_context=ctx)))
     coarse = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -500,7 +493,7 @@ def main(argv=None):
             for repeat in range(args.repeats):
                 for name, kind in (("mizu", "mizu"), ("ProcessPool", "stdlib")):
                     if not repeat:
-                        progress(f"{name}: {label}")
+                        record.progress(f"{name}: {label}")
                     for title, seconds in zip(titles, measure(kind)):
                         coarse.setdefault((title, name), []).append(seconds)
     coarse_titles = list(dict.fromkeys(title for title, _ in coarse))
@@ -509,7 +502,7 @@ def main(argv=None):
     seconds = 2 if args.quick else 10
     if os.path.exists("/proc/self/stat") and wanted("idle pool"):
         for name, make in kinds[:2]:
-            progress(f"{name}: idle pool, 4 workers, {seconds} s")
+            record.progress(f"{name}: idle pool, 4 workers, {seconds} s")
             idle[name] = idle_share(make, seconds)
 
     print(f"pymizu vs the stdlib pools, {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
