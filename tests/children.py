@@ -341,6 +341,13 @@ def arena_pattern(tag, n):
     return np.resize(period, n)
 
 
+def in_arena(array):
+    """Whether array's memory lies in an arena block (shared memory), not in this process's own."""
+    from mizu import arena_block
+
+    return arena_block(array) is not None
+
+
 def arena_fill(block, tag):
     import numpy as np
 
