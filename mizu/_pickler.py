@@ -25,6 +25,7 @@ import pickle
 import sys
 import threading
 import types
+import weakref
 
 PROTOCOL = 5
 BY_VALUE_VARIABLE = "MIZU_BY_VALUE"
@@ -65,23 +66,75 @@ class _Pickler(pickle.Pickler):
         return True if self.buffer_callback is None else self.buffer_callback(buffer)
 
 
-def _named(obj):
-    """Whether obj (a function or class) is found by its module and qualified name, outside __main__."""
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    if module is None or module.__name__ == "__main__":
-        return False
+def _found(module, qualname):
+    """The object at qualname (dotted) in module, or None."""
     found = module
-    for part in obj.__qualname__.split("."):
+    for part in qualname.split("."):
         found = getattr(found, part, None)
         if found is None:
-            return False
-    return found is obj
+            return None
+    return found
 
 
-def _by_cloudpickle(obj):
+def _module_and_name(obj):
+    """(module name, qualified name) by which obj (a function or class) is found in this process, or None."""
+    module_name, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return None
+    module = sys.modules.get(module_name)
+    return (module_name, qualname) if module is not None and _found(module, qualname) is obj else None
+
+
+def named(obj):
+    """Whether pickle's name of obj (a function or class) finds it, here and in a worker: outside __main__."""
+    where = _module_and_name(obj)
+    return where is not None and where[0] != "__main__"
+
+
+def _from_main_or_value(qualname, payload):
+    """In a worker: the main module's object of that name, as pickle would find it, else cloudpickle's payload's.
+
+    A worker whose main module is the program's (fork, or spawn and
+    forkserver re-running a script) shares that module's globals with its
+    other functions and its initializer, as without by_value; one that has
+    none (``python -c``, a notebook) gets the object cloudpickle made.
+    """
+    found = _found(sys.modules.get("__main__"), qualname)
+    if found is not None:
+        return found
     import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-    return cloudpickle.loads, (cloudpickle.dumps(obj, protocol=PROTOCOL),)
+    return cloudpickle.loads(payload)
+
+
+# A function or class -> its cloudpickle, made the first time.
+_payloads: "weakref.WeakKeyDictionary[object, bytes]" = weakref.WeakKeyDictionary()
+
+
+def by_value_reduction(obj):
+    """How obj, a function or class that a worker may not find by name, is pickled: by cloudpickle.
+
+    cloudpickle's pickle of an object is made once and kept while the
+    object lives: a graph's function inside the arguments of each of its
+    tasks costs one pickle, and, as for a task's callable, what it captures
+    is what it held when first sent.
+    """
+    import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    try:
+        payload = _payloads.get(obj)
+    except TypeError:   # not weakly referenceable, or unhashable
+        payload = None
+    if payload is None:
+        payload = cloudpickle.dumps(obj, protocol=PROTOCOL)
+        try:
+            _payloads[obj] = payload
+        except TypeError:
+            pass
+    where = _module_and_name(obj)
+    if where is not None and where[0] == "__main__":
+        return _from_main_or_value, (where[1], payload)
+    return cloudpickle.loads, (payload,)
 
 
 class _ByValuePickler(_Pickler):
@@ -94,8 +147,8 @@ class _ByValuePickler(_Pickler):
 
     def reducer_override(self, obj):
         kind = type(obj)
-        if (kind is types.FunctionType or isinstance(obj, type)) and not _named(obj):
-            return _by_cloudpickle(obj)
+        if (kind is types.FunctionType or issubclass(kind, type)) and not named(obj):
+            return by_value_reduction(obj)
         return NotImplemented
 
 
@@ -161,6 +214,10 @@ def dumps(obj, buffer_callback=None, by_value=False):
 loads = pickle.loads
 
 
+def _identity(value):
+    return value
+
+
 class ByValue:
     """ByValue(fn)
 
@@ -178,7 +235,7 @@ class ByValue:
         return self.fn(*args, **kwargs)
 
     def __reduce__(self):
-        return _by_cloudpickle(self.fn)
+        return by_value_reduction(self.fn) if not named(self.fn) else (_identity, (self.fn,))
 
 
 def by_value(choice):

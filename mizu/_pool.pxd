@@ -15,6 +15,7 @@ cdef class Worker:
     cdef readonly object outbox
     cdef readonly Fifo in_flight
     cdef readonly dict registered
+    cdef readonly dict unnamed         # of registered, the callables sent by value, oldest first
     cdef object last_fn                # the callable of the last task sent, and its id: registered[last_fn]
     cdef unsigned long long last_fn_id
     cdef public object process, watch, channel, failure

@@ -86,6 +86,7 @@ from mizu import _core
 from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
                           outline_repr, task_repr)
 from mizu._future import LazyFuture
+from mizu._pickler import named
 
 __all__ = ["Future", "Pool", "Worker"]
 
@@ -102,6 +103,7 @@ cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
 cdef double _SHORT_TASK_C = _SHORT_TASK
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
 _SLOWEST = 5          # the slowest tasks that insights() reports
+_UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
 
 
 cdef extern from "pythread.h":
@@ -176,6 +178,7 @@ cdef class Worker:
         self.in_flight = Fifo()
         self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
+        self.unnamed = {}             # those of them sent by value (by_value), oldest first
         self.last_fn = None
         self.started_tasks = 0        # tasks sent to the current process
 
@@ -183,6 +186,7 @@ cdef class Worker:
         self.ring = None
         self.process = self.watch = self.channel = self.last_fn = None
         self.registered.clear()
+        self.unnamed.clear()
 
 
 cdef object _answered(Fifo in_flight, unsigned long long task_id):
@@ -288,6 +292,7 @@ cdef class Pool:
         # All set before the process starts: another thread may collect its
         # first notice (ready, or its initializer's failure) at once.
         worker.registered.clear()
+        worker.unnamed.clear()
         worker.last_fn = None
         worker.started_tasks = 0
         worker.popped_at_start = worker.ring.popped
@@ -542,13 +547,24 @@ cdef class Pool:
             flags |= KEYWORDS
             call = (cell.first, cell.second)
         fn = cell.fn
+        evicted = unnamed = None
         if fn is worker.last_fn:
             fn_id = worker.last_fn_id
         elif self.codec.registrable(fn):
             known = worker.registered.get(fn)
             if known is None:
-                self.last_fn_id += 1
-                fn_id = self.last_fn_id
+                if self.codec.by_value and not named(fn):
+                    # A lambda or closure sent by value: the worker keeps at
+                    # most _UNNAMED_KEPT of them, the newest, a new one
+                    # taking the id of the oldest (the worker's registry
+                    # lets go of it then), or a loop making closures would
+                    # keep every one alive in both processes.
+                    unnamed = worker.unnamed
+                    if len(unnamed) >= _UNNAMED_KEPT:
+                        evicted, fn_id = next(iter(unnamed.items()))
+                if evicted is None:
+                    self.last_fn_id += 1
+                    fn_id = self.last_fn_id
                 flags |= CALLABLE
                 call = (fn, call)
             else:
@@ -561,6 +577,10 @@ cdef class Pool:
         data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
         if flags & CALLABLE and fn_id:
             # Sent with it: the worker knows it from now on.
+            if evicted is not None:
+                del unnamed[evicted], worker.registered[evicted]
+            if unnamed is not None:
+                unnamed[fn] = fn_id
             worker.registered[fn] = worker.last_fn_id = fn_id
             worker.last_fn = fn
         return data

@@ -5,7 +5,10 @@ oracle here.
 """
 
 import concurrent.futures as cf
+import functools
+import gc
 import multiprocessing
+import weakref
 import subprocess
 import sys
 
@@ -42,7 +45,7 @@ def test_lambdas_and_closures_run_under_every_start_method(start_method, kind):
 def test_without_it_they_fail_with_the_stdlibs_error(start_method, kind):
     fn, _ = CALLABLES[kind]
     errors = []
-    for cls in (cf.ProcessPoolExecutor, mizu.ProcessPoolExecutor):
+    for cls in (cf.ProcessPoolExecutor, functools.partial(mizu.ProcessPoolExecutor, by_value=False)):
         with cls(1, mp_context=multiprocessing.get_context(start_method)) as ex:
             with pytest.raises(Exception) as caught:
                 ex.submit(fn, 1).result(timeout=60)
@@ -130,8 +133,8 @@ class Point:
         return abs(self.x)
 
 with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
-    print(ex.submit(children.apply, Point.norm, Point(-4)).result(timeout=60),
-          ex.submit(children.echo_value, Point(2)).result(timeout=60).x)
+    back = ex.submit(children.echo_value, Point(2)).result(timeout=60)
+    print(ex.submit(children.apply, Point.norm, Point(-4)).result(timeout=60), back.x, type(back) is Point)
 """
 
 
@@ -139,4 +142,52 @@ def test_classes_of_a_main_module_without_a_file_travel_by_value(tmp_path):
     out = subprocess.run([sys.executable, "-c", CLASS_PROGRAM], capture_output=True, text=True, timeout=120,
                          env=child_environ(), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["4", "2"]
+    assert out.stdout.split() == ["4", "2", "True"]
+
+
+GLOBALS_PROGRAM = """
+import multiprocessing, sys
+import mizu
+
+SETTING = None
+
+def configure(value):
+    global SETTING
+    SETTING = value
+
+def setting(_):
+    return SETTING
+
+if __name__ == "__main__":
+    for by_value in (False, True):
+        with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(sys.argv[1]), initializer=configure,
+                                      initargs=(42,), by_value=by_value) as ex:
+            print(ex.submit(setting, 0).result(timeout=60))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_scripts_functions_share_its_globals_with_the_initializer_as_without_it(tmp_path, method):
+    script = tmp_path / "program.py"
+    script.write_text(GLOBALS_PROGRAM)
+    out = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=120,
+                         env=child_environ(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["42", "42"]
+
+
+def test_a_worker_keeps_a_bounded_number_of_closures_sent_by_value():
+    class Payload:
+        pass
+
+    kept = []
+    with mizu.ProcessPoolExecutor(1, by_value=True) as ex:
+        for k in range(300):
+            payload = Payload()
+            kept.append(weakref.ref(payload))
+            assert ex.submit(lambda x, p=payload, k=k: x + k, 1).result(timeout=60) == 1 + k
+        gc.collect()
+        alive = sum(ref() is not None for ref in kept)
+        # The newest are still registered, and an old one sent again still runs.
+        assert alive <= 65
+        assert [ex.submit(adder(k), 1).result(timeout=60) for k in range(3)] == [1, 2, 3]
