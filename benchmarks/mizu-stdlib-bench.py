@@ -157,23 +157,33 @@ def map_with_bar_drawn(pool, n):
     return map_with_bar(pool, n, delay=0)
 
 
+def back_to_back(pairs, variants, base):
+    """{key: [ratio]}: for each (key, measure) of variants, measure() over base(), the two run back to back.
+
+    The order alternates from pair to pair, so that neither always runs
+    second.
+    """
+    ratios = {key: [] for key, _ in variants}
+    for i in range(pairs):
+        for key, measure in variants:
+            if i % 2:
+                plain, varied = base(), measure()
+            else:
+                varied, plain = measure(), base()
+            ratios[key].append(varied / plain)
+    return ratios
+
+
 def bar_cost(n, pairs):
     """{run: [ratio]}: in one pool of 4 workers, each bar row's time over map_overhead's, the two run back to back.
 
     The rows themselves each run in a pool of their own, whose placement
     on the CPUs alone moves the map-overhead row by several percent.
     """
-    ratios = {map_with_bar: [], map_with_bar_drawn: []}
     with mizu.ProcessPoolExecutor(4) as pool:
         list(pool.map(trivial, range(n)))
-        for i in range(pairs):
-            for run, found in ratios.items():
-                if i % 2:
-                    plain, drawn = map_overhead(pool, n), run(pool, n)
-                else:
-                    drawn, plain = run(pool, n), map_overhead(pool, n)
-                found.append(drawn / plain)
-    return ratios
+        return back_to_back(pairs, [(run, lambda run=run: run(pool, n)) for run in (map_with_bar, map_with_bar_drawn)],
+                            lambda: map_overhead(pool, n))
 
 
 def by_value_cost(n, pairs):
@@ -182,19 +192,12 @@ def by_value_cost(n, pairs):
     Of trivial (which cloudpickle, too, pickles by reference) and of a
     lambda (by value); each is sent to the worker once.
     """
-    ratios = {"trivial": [], "a lambda": []}
     fns = {"trivial": trivial, "a lambda": lambda x: x}
     with mizu.ProcessPoolExecutor(1) as plain, mizu.ProcessPoolExecutor(1, by_value=True) as by_value:
         for pool in (plain, by_value):
             pipelined(pool, n)
-        for i in range(pairs):
-            for label, found in ratios.items():
-                if i % 2:
-                    off, on = pipelined(plain, n), pipelined(by_value, n, fns[label])
-                else:
-                    on, off = pipelined(by_value, n, fns[label]), pipelined(plain, n)
-                found.append(on / off)
-    return ratios
+        return back_to_back(pairs, [(label, lambda fn=fn: pipelined(by_value, n, fn)) for label, fn in fns.items()],
+                            lambda: pipelined(plain, n))
 
 
 def map_work(pool, n):
