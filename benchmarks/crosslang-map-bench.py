@@ -372,10 +372,13 @@ repeats <- as.integer(args[[1L]]); budget <- as.double(args[[2L]])
 per_call <- function(f) {
     t0 <- proc.time()[["elapsed"]]; f(); first <- proc.time()[["elapsed"]] - t0
     if (first >= budget) return(first)
-    n <- max(1, floor(budget / max(first, 1e-7)))
-    t0 <- proc.time()[["elapsed"]]
-    for (i in seq_len(n)) f()
-    (proc.time()[["elapsed"]] - t0) / n
+    calls <- 0; spent <- 0; n <- 1
+    while (spent < budget) {
+        t0 <- proc.time()[["elapsed"]]
+        for (i in seq_len(n)) f()
+        spent <- spent + proc.time()[["elapsed"]] - t0; calls <- calls + n; n <- 2 * n
+    }
+    spent / calls
 }
 set.seed(1)
 x <- rnorm(%(n)d)

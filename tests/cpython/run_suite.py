@@ -1,8 +1,9 @@
 """Run CPython's own concurrent.futures process-pool tests against mizu, with the stdlib as the oracle.
 
 Usage:
-    PYTHON run_suite.py [--timeout SECONDS]     run both, compare; exit 1 on a difference
-    PYTHON run_suite.py run {mizu,stdlib} OUTPUT.json
+    PYTHON run_suite.py [--timeout SECONDS] [--test-timeout SECONDS]
+                                                run both, compare; exit 1 on a difference
+    PYTHON run_suite.py run {mizu,stdlib} PROGRESS
 
 PYTHON must ship its test package (Lib/test/test_concurrent_futures, as
 pyenv's and python.org's builds do, or Debian's libpythonX.Y-testsuite) and
@@ -13,18 +14,25 @@ ProcessPool test case builds mizu's pools. The tests named in
 differences.txt (beside this file) are not run for mizu; the reasons are
 there and in the user guide.
 
-A run writes {test id: "pass" | "fail" | "error" | "skip" | "not run" |
-"different"} to OUTPUT.json. The comparison fails when a test that passes
-for the stdlib does anything but pass for mizu, unless it is listed.
+A run appends one JSON line per event to PROGRESS: each test it will run
+("collected"), each listed difference, each test's start and its outcome
+("pass" | "fail" | "error" | "skip"); it leaves out the tests PROGRESS
+already shows started. The comparison watches the file: a test that runs
+longer than --test-timeout is "hung", its run is killed with every process
+it started, and a new run goes on after it. A test collected but never
+started is "not run". The comparison fails when a test that passes for the
+stdlib does anything but pass for mizu, unless it is listed.
 """
 
 import concurrent.futures
 import json
 import multiprocessing.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,29 +49,55 @@ def differences():
     return listed
 
 
+def read_progress(path):
+    """The events PROGRESS holds so far, as dicts (a line cut short by a kill is left out)."""
+    events = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.endswith("\n"):
+                    events.append(json.loads(line))
+    return events
+
+
 class _Recorder(unittest.TextTestResult):
-    """Remembers which tests started, so a test never run (a class that failed to set up) is no pass."""
+    """Writes each test's start and outcome to the progress file as it happens."""
+
+    progress = None
+
+    def _write(self, **event):
+        self.progress.write(json.dumps(event) + "\n")
+        self.progress.flush()
 
     def startTest(self, test):
         super().startTest(test)
-        self.started.append(test.id())
+        self.outcome = "pass"
+        self._write(started=test.id())
 
-    def startTestRun(self):
-        super().startTestRun()
-        self.started = []
+    def stopTest(self, test):
+        super().stopTest(test)
+        self._write(ended=test.id(), outcome=self.outcome)
 
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.outcome = "fail"
 
-def outcomes(tests):
-    """Run tests; {test id: outcome}."""
-    runner = unittest.TextTestRunner(verbosity=2, stream=sys.stderr, resultclass=_Recorder)
-    result = runner.run(unittest.TestSuite(tests))
-    seen = {test.id(): "not run" for test in tests}
-    seen.update((name, "pass") for name in result.started)
-    for kind, entries in (("fail", result.failures), ("error", result.errors), ("skip", result.skipped),
-                          ("fail", [(test, "") for test in result.unexpectedSuccesses])):
-        for test, _ in entries:
-            seen[test.id()] = kind
-    return seen
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.outcome = "error"
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.outcome = "skip"
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.outcome = "fail"
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.outcome = "fail" if issubclass(err[0], test.failureException) else "error"
 
 
 def process_pool_tests(suite):
@@ -94,7 +128,7 @@ def _end_leftover_pools(cleanup):
     return cleanup_after_pools
 
 
-def run(which, output):
+def run(which, progress):
     skipped = {}
     if which == "mizu":
         import mizu
@@ -108,43 +142,102 @@ def run(which, output):
     here = os.path.dirname(package.__file__)
     loader = unittest.TestLoader()
     tests = list(process_pool_tests(loader.discover(here, top_level_dir=os.path.dirname(os.path.dirname(here)))))
-    seen = outcomes([t for t in tests if t._testMethodName not in skipped])
-    seen.update((t.id(), "different") for t in tests if t._testMethodName in skipped)
-    with open(output, "w") as f:
-        json.dump(seen, f, indent=1, sort_keys=True)
+    before = read_progress(progress)
+    started = {event["started"] for event in before if "started" in event}
+    with open(progress, "a", encoding="utf-8") as f:
+        _Recorder.progress = f
+        if not before:
+            for t in tests:
+                event = {"listed": t.id()} if t._testMethodName in skipped else {"collected": t.id()}
+                f.write(json.dumps(event) + "\n")
+            f.flush()
+        remaining = [t for t in tests if t._testMethodName not in skipped and t.id() not in started]
+        runner = unittest.TextTestRunner(verbosity=2, stream=sys.stderr, resultclass=_Recorder)
+        runner.run(unittest.TestSuite(remaining))
     return 0
 
 
-def compare(timeout):
-    """Run the suite for the stdlib and for mizu, each in its own process; 1 if mizu falls short."""
+def outcomes(progress):
+    """{test id: outcome} from a finished progress file."""
+    seen = {}
+    for event in read_progress(progress):
+        if "collected" in event:
+            seen[event["collected"]] = "not run"
+        elif "listed" in event:
+            seen[event["listed"]] = "different"
+        elif "ended" in event:
+            seen[event["ended"]] = event["outcome"]
+    return seen
+
+
+def run_watched(which, progress, timeout, test_timeout):
+    """Run the suite for which until it ends, killing and restarting each run that one test holds too long.
+
+    False when the whole of it took longer than timeout, or a run failed outside any test.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.Popen([sys.executable, "-P", __file__, "run", which, progress],
+                                cwd=os.path.dirname(progress), start_new_session=True)
+        hung = None
+        while proc.poll() is None:
+            time.sleep(1)
+            events = read_progress(progress)
+            last = events[-1] if events else {}
+            since = time.time() - os.path.getmtime(progress) if os.path.exists(progress) else 0.0
+            if "started" in last and since > test_timeout:
+                hung = last["started"]
+            if hung or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if hung:
+            print(f"\n{hung} did not end within {test_timeout:.0f} s: its run is killed, the rest goes on",
+                  file=sys.stderr, flush=True)
+            with open(progress, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"ended": hung, "outcome": "hung"}) + "\n")
+            continue
+        if time.monotonic() > deadline:
+            print(f"the run against {which} did not end within {timeout:.0f} s", file=sys.stderr)
+            return False
+        if proc.returncode != 0 or not outcomes(progress):
+            print(f"the run against {which} failed outside its tests (exit status {proc.returncode}, "
+                  f"{len(outcomes(progress))} tests recorded)", file=sys.stderr)
+            return False
+        return True
+
+
+def compare(timeout, test_timeout):
+    """Run the suite for the stdlib and for mizu, each in processes of its own; 1 if mizu falls short."""
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for which in ("stdlib", "mizu"):
-            output = os.path.join(tmp, which + ".json")
+            progress = os.path.join(tmp, which + ".jsonl")
             print(f"== CPython's process-pool tests against {which}", flush=True)
-            try:
-                subprocess.run([sys.executable, "-P", __file__, "run", which, output], timeout=timeout, cwd=tmp)
-            except subprocess.TimeoutExpired:
-                print(f"the run against {which} did not end within {timeout} s", file=sys.stderr)
+            if not run_watched(which, progress, timeout, test_timeout):
                 return 1
-            with open(output) as f:
-                results[which] = json.load(f)
+            results[which] = outcomes(progress)
     stdlib, ours = results["stdlib"], results["mizu"]
     short = sorted(t for t, outcome in stdlib.items() if outcome == "pass" and ours.get(t) not in ("pass", "different"))
     passed = sum(outcome == "pass" for outcome in ours.values())
     listed = sum(outcome == "different" for outcome in ours.values())
     print(f"stdlib passes {sum(o == 'pass' for o in stdlib.values())} of {len(stdlib)}; mizu passes {passed}, "
           f"{listed} listed as differences in tests/cpython/differences.txt")
+    for which, seen in results.items():
+        for test in sorted(t for t, outcome in seen.items() if outcome == "hung"):
+            print(f"hung for {which}: {test}")
     for test in short:
         print(f"passes for the stdlib, {ours.get(test, 'missing')} for mizu: {test}")
     return 1 if short else 0
 
 
+def option(argv, name, default):
+    return float(argv[argv.index(name) + 1]) if name in argv else default
+
+
 def main(argv):
     if argv[:1] == ["run"]:
         return run(*argv[1:])
-    timeout = float(argv[argv.index("--timeout") + 1]) if "--timeout" in argv else 1800.0
-    return compare(timeout)
+    return compare(option(argv, "--timeout", 1800.0), option(argv, "--test-timeout", 300.0))
 
 
 if __name__ == "__main__":
