@@ -60,10 +60,17 @@ def read_progress(path):
     return events
 
 
+# A test's outcome is the worst of what happened in it: a failure then a skipped subtest is a failure.
+_RANK = {"pass": 0, "skip": 1, "fail": 2, "error": 3}
+
+
 class _Recorder(unittest.TextTestResult):
     """Writes each test's start and outcome to the progress file as it happens."""
 
     progress = None
+
+    def _mark(self, outcome):
+        self.outcome = max(self.outcome, outcome, key=_RANK.__getitem__)
 
     def _write(self, **event):
         self.progress.write(json.dumps(event) + "\n")
@@ -71,7 +78,7 @@ class _Recorder(unittest.TextTestResult):
 
     def startTest(self, test):
         super().startTest(test)
-        self.outcome = "pass"
+        self.current, self.outcome = test, "pass"
         self._write(started=test.id())
 
     def stopTest(self, test):
@@ -80,24 +87,25 @@ class _Recorder(unittest.TextTestResult):
 
     def addFailure(self, test, err):
         super().addFailure(test, err)
-        self.outcome = "fail"
+        self._mark("fail")
 
     def addError(self, test, err):
         super().addError(test, err)
-        self.outcome = "error"
+        self._mark("error")
 
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
-        self.outcome = "skip"
+        if test is self.current:
+            self._mark("skip")
 
     def addUnexpectedSuccess(self, test):
         super().addUnexpectedSuccess(test)
-        self.outcome = "fail"
+        self._mark("fail")
 
     def addSubTest(self, test, subtest, err):
         super().addSubTest(test, subtest, err)
         if err is not None:
-            self.outcome = "fail" if issubclass(err[0], test.failureException) else "error"
+            self._mark("fail" if issubclass(err[0], test.failureException) else "error")
 
 
 def process_pool_tests(suite):
@@ -143,7 +151,7 @@ def run(which, progress):
     loader = unittest.TestLoader()
     tests = list(process_pool_tests(loader.discover(here, top_level_dir=os.path.dirname(os.path.dirname(here)))))
     before = read_progress(progress)
-    started = {event["started"] for event in before if "started" in event}
+    ended = {event["ended"] for event in before if "ended" in event}
     with open(progress, "a", encoding="utf-8") as f:
         _Recorder.progress = f
         if not before:
@@ -151,7 +159,7 @@ def run(which, progress):
                 event = {"listed": t.id()} if t._testMethodName in skipped else {"collected": t.id()}
                 f.write(json.dumps(event) + "\n")
             f.flush()
-        remaining = [t for t in tests if t._testMethodName not in skipped and t.id() not in started]
+        remaining = [t for t in tests if t._testMethodName not in skipped and t.id() not in ended]
         runner = unittest.TextTestRunner(verbosity=2, stream=sys.stderr, resultclass=_Recorder)
         runner.run(unittest.TestSuite(remaining))
     return 0
@@ -173,6 +181,8 @@ def outcomes(progress):
 def run_watched(which, progress, timeout, test_timeout):
     """Run the suite for which until it ends, killing and restarting each run that one test holds too long.
 
+    A run ends with every process of its session killed, its leftover workers among them.
+
     False when the whole of it took longer than timeout, or a run failed outside any test.
     """
     deadline = time.monotonic() + timeout
@@ -180,21 +190,28 @@ def run_watched(which, progress, timeout, test_timeout):
         proc = subprocess.Popen([sys.executable, "-P", __file__, "run", which, progress],
                                 cwd=os.path.dirname(progress), start_new_session=True)
         hung = None
-        while proc.poll() is None:
-            time.sleep(1)
-            events = read_progress(progress)
-            last = events[-1] if events else {}
-            since = time.time() - os.path.getmtime(progress) if os.path.exists(progress) else 0.0
-            if "started" in last and since > test_timeout:
-                hung = last["started"]
-            if hung or time.monotonic() > deadline:
+        try:
+            while proc.poll() is None:
+                time.sleep(1)
+                events = read_progress(progress)
+                last = events[-1] if events else {}
+                since = time.time() - os.path.getmtime(progress) if os.path.exists(progress) else 0.0
+                if "started" in last and since > test_timeout:
+                    hung = last["started"]
+                if hung or time.monotonic() > deadline:
+                    break
+        finally:
+            try:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            except ProcessLookupError:
+                pass
+            proc.wait()
         if hung:
-            print(f"\n{hung} did not end within {test_timeout:.0f} s: its run is killed, the rest goes on",
-                  file=sys.stderr, flush=True)
-            with open(progress, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"ended": hung, "outcome": "hung"}) + "\n")
+            if read_progress(progress)[-1] == {"started": hung}:
+                print(f"\n{hung} did not end within {test_timeout:.0f} s: its run is killed, the rest goes on",
+                      file=sys.stderr, flush=True)
+                with open(progress, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"ended": hung, "outcome": "hung"}) + "\n")
             continue
         if time.monotonic() > deadline:
             print(f"the run against {which} did not end within {timeout:.0f} s", file=sys.stderr)
@@ -209,6 +226,7 @@ def run_watched(which, progress, timeout, test_timeout):
 def compare(timeout, test_timeout):
     """Run the suite for the stdlib and for mizu, each in processes of its own; 1 if mizu falls short."""
     results = {}
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory() as tmp:
         for which in ("stdlib", "mizu"):
             progress = os.path.join(tmp, which + ".jsonl")
