@@ -216,9 +216,10 @@ def run_watched(which, progress, timeout, test_timeout):
         if time.monotonic() > deadline:
             print(f"the run against {which} did not end within {timeout:.0f} s", file=sys.stderr)
             return False
-        if proc.returncode != 0 or not outcomes(progress):
+        recorded = len(outcomes(progress))
+        if proc.returncode != 0 or not recorded:
             print(f"the run against {which} failed outside its tests (exit status {proc.returncode}, "
-                  f"{len(outcomes(progress))} tests recorded)", file=sys.stderr)
+                  f"{recorded} tests recorded)", file=sys.stderr)
             return False
         return True
 
