@@ -100,6 +100,11 @@ def pid():
     return os.getpid()
 
 
+def pid_and_parent(*_):
+    """(this process's pid, its parent's): where a task ran."""
+    return os.getpid(), os.getppid()
+
+
 # -- tasks for the Executor tests -------------------------------------------------------------
 
 
