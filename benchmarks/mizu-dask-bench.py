@@ -8,8 +8,17 @@ filter of lambdas over 2,000,000 items (pure Python). mizu's pool has as
 many workers as Dask's "processes" (the CPUs) and pickles by value (Dask's
 graphs hold lambdas); it is passed as ``scheduler=pool``. Every result is checked
 against the synchronous scheduler's. Medians are printed, with mizu's
-speed-up over each. While it runs, it names on stderr each graph and
-scheduler; --json also writes the table, with every sample, to a file.
+speed-up over each.
+
+Then Dask's distributed workers: a LocalCluster on loopback of one worker
+with a thread per CPU, its tasks run in those threads (Dask's default) or in
+a mizu pool of as many processes (mizu.dask.WorkerPool), beside a cluster of
+one single-threaded worker per CPU (Dask's answer to the GIL), on 10,000
+tasks of ~200 us and on 400 tasks of ~10 ms, both pure Python, submitted
+with client.map and gathered.
+
+While it runs, it names on stderr each graph and scheduler; --json also
+writes the tables, with every sample, to a file.
 
 Usage: python benchmarks/mizu-dask-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
 """
@@ -31,6 +40,11 @@ import record
 def small(i):
     """About 200 µs of pure Python: what holds the GIL, as a task of a real graph would."""
     return sum(range(i % 7, 20_000))
+
+
+def medium(i):
+    """About 10 ms of pure Python."""
+    return sum(range(i % 7, 1_000_000))
 
 
 def delayed_graph(n):
@@ -87,12 +101,52 @@ def main(argv=None):
         med = {n: statistics.median(samples[(title, n)]) for n in names}
         print(f"{title:<54}" + "".join(f"{med[n]:>13.3f}" for n in names)
               + "".join(f"{med[n] / med['mizu']:>16.2f}x" for n in names[1:]))
+    cluster_rows = clusters(scale, args.repeats, workers)
     if args.json:
         record.write(args.json, "mizu-dask-bench", argv, args, schedulers=names, workers=workers, rows=[
             {"row": title, "unit": "s", "median": {n: statistics.median(samples[(title, n)]) for n in names},
              "samples": {n: samples[(title, n)] for n in names}}
-            for title, _ in graphs])
+            for title, _ in graphs], cluster_rows=cluster_rows)
     return 0
+
+
+def clusters(scale, repeats, workers):
+    """Time client.map over LocalClusters of mizu workers and of Dask's own; print the table, return its rows."""
+    from distributed import Client, LocalCluster
+
+    import mizu.dask
+
+    loads = [(f"{10_000 // scale:,} tasks of ~200 us", small, 10_000 // scale),
+             (f"{400 // scale:,} tasks of ~10 ms", medium, 400 // scale)]
+    kinds = [(f"mizu 1x{workers}", dict(n_workers=1, threads_per_worker=workers), True),
+             (f"threads 1x{workers}", dict(n_workers=1, threads_per_worker=workers), False),
+             (f"processes {workers}x1", dict(n_workers=workers, threads_per_worker=1), False)]
+    samples = {(title, kind): [] for title, _, _ in loads for kind, _, _ in kinds}
+    for kind, shape, plugin in kinds:
+        with LocalCluster(host="127.0.0.1", dashboard_address=":0", **shape) as cluster, Client(cluster) as client:
+            if plugin:
+                client.register_plugin(mizu.dask.WorkerPool())
+            client.gather(client.map(small, range(100), pure=False))
+            for title, task, n in loads:
+                record.progress(f"LocalCluster {kind}: {title}")
+                expected = sum(task(i) for i in range(7))
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    got = client.gather(client.map(task, range(n), pure=False))
+                    samples[(title, kind)].append(time.perf_counter() - start)
+                    if sum(got[:7]) != expected:
+                        raise RuntimeError(f"{kind} computed {got[:7]} for {title}")
+    names = [kind for kind, _, _ in kinds]
+    print(f"\nDask's distributed workers, a LocalCluster on loopback (workers x threads), median of {repeats} runs (s)")
+    print(f"{'client.map, gathered':<30}" + "".join(f"{n:>15}" for n in names)
+          + "".join(f"{'x vs ' + n:>22}" for n in names[1:]))
+    rows = []
+    for title, _, _ in loads:
+        med = {n: statistics.median(samples[(title, n)]) for n in names}
+        print(f"{title:<30}" + "".join(f"{med[n]:>15.3f}" for n in names)
+              + "".join(f"{med[n] / med[names[0]]:>21.2f}x" for n in names[1:]))
+        rows.append({"row": title, "unit": "s", "median": med, "samples": {n: samples[(title, n)] for n in names}})
+    return rows
 
 
 if __name__ == "__main__":

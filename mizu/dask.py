@@ -14,19 +14,23 @@ Importing this module imports distributed.
 
 import asyncio
 import concurrent.futures
+import contextvars
 import multiprocessing
 import threading
 
+from dask._task_spec import _execute_subgraph
 from distributed import WorkerPlugin
+from distributed.core import Status
 from distributed.protocol import pickle as dask_pickle
-from distributed.worker import _run_task_simple
+from distributed.threadpoolexecutor import ThreadPoolExecutor
+from distributed.worker import _run_task, _run_task_simple
 
 from mizu._executor import ProcessPoolExecutor
 
 __all__ = ["WorkerPool", "dask_setup"]
 
 
-def _run_task(task, data, time_delay):
+def _run_in_process(task, data, time_delay):
     """Runs a task as a worker runs it in a process pool, with a result that pickles back whatever it raised.
 
     A failed task's result holds the exception itself beside Dask's own
@@ -43,36 +47,82 @@ def _run_task(task, data, time_delay):
     return result
 
 
-class _RenewedPool(concurrent.futures.Executor):
-    """A mizu pool that a worker's death does not end: the next task finds a new pool.
+def _needs_the_worker(task):
+    """Whether a task is, or has fused into it, one of Dask's P2P tasks (of shuffles, merges, rechunks), which
+    reach the worker itself: a function of distributed.shuffle, or dask's own wrapper of one (its transfers)."""
+    func = getattr(task, "func", None)
+    if func is _execute_subgraph:
+        return any(_needs_the_worker(inner) for inner in task.args[0].values())
+    module = getattr(func, "__module__", None) or ""
+    return module.startswith("distributed.shuffle") or (
+        module.startswith("dask.") and "transfer" in getattr(func, "__name__", ""))
 
-    The tasks that the dead worker's pool held fail with BrokenProcessPool,
+
+class _RenewedPool(concurrent.futures.Executor):
+    """A worker's mizu pool, which a process's death does not end: the next task finds a new pool.
+
+    The tasks that the dead process's pool held fail with BrokenProcessPool,
     as they would in that pool; Dask reports them as erred, and the tasks
-    after them run.
+    after them run. Dask's P2P tasks (shuffles, merges, rechunks) run in
+    threads of the worker, as they reach it by get_worker().
     """
 
-    def __init__(self, make):
+    def __init__(self, make, worker):
         self._make = make
         self._pool = make()
         self._max_workers = self._pool._max_workers
+        self._worker = worker
+        self._threads = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def submit(self, fn, /, *args, **kwargs):
         if fn is _run_task_simple:
-            fn = _run_task
+            if _needs_the_worker(args[0]):
+                # As the worker runs a task in its own threads, where get_worker() finds it.
+                task, data, time_delay = args
+                worker = self._worker
+                return self._in_threads().submit(
+                    contextvars.copy_context().run, _run_task, task, data, worker.execution_state, task.key,
+                    worker.active_threads, worker.active_threads_lock, time_delay)
+            fn = _run_in_process
         pool = self._pool
         try:
             return pool.submit(fn, *args, **kwargs)
         except concurrent.futures.process.BrokenProcessPool:
             with self._lock:
+                if self._closed:
+                    raise RuntimeError("cannot schedule new futures after shutdown") from None
                 if self._pool is pool:
                     self._pool = self._make()
                     pool.shutdown(wait=False)
             return self._pool.submit(fn, *args, **kwargs)
 
+    def _in_threads(self):
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if self._threads is None:
+                self._threads = concurrent.futures.ThreadPoolExecutor(self._max_workers,
+                                                                      thread_name_prefix="mizu-dask-p2p")
+            return self._threads
+
+    def kill(self):
+        """Shut down at once: cancel what has not started, kill the processes that run the rest."""
+        with self._lock:
+            self._closed = True
+            threads = self._threads
+        self._pool._pool.force_shutdown("kill")
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+
     def shutdown(self, wait=True, *, cancel_futures=False):
         with self._lock:
-            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+            self._closed = True
+            threads = self._threads
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        if threads is not None:
+            threads.shutdown(wait=wait, cancel_futures=cancel_futures)
 
     def __repr__(self):
         return f"<mizu.dask pool: {self._pool!r}>"
@@ -87,8 +137,8 @@ class WorkerPool(WorkerPlugin):
         Processes in each worker's pool; by default the worker's number of
         threads, which is how many tasks Dask runs on it at once.
     start_method : {"fork", "forkserver", "spawn"}, optional
-        How the pool starts its processes; by default multiprocessing's
-        default start method.
+        How the pool starts its processes; by default as
+        :class:`mizu.ProcessPoolExecutor` does without `mp_context`.
     by_value : bool, default True
         Pickle by value the functions that the client sent, as Dask itself
         does: a function of the client's ``__main__``, a lambda or a
@@ -108,16 +158,18 @@ class WorkerPool(WorkerPlugin):
     ``worker_client()``, ``secede()`` and ``rejoin()``, and context
     variables set in the worker. The task's arguments and result cross
     to the pool and back; numpy arrays of 4 KiB or more do so through
-    shared memory. If a process of the pool dies, the tasks it was running
-    and those waiting in the same pool fail with BrokenProcessPool, and the
-    worker starts a new pool for the tasks after them.
+    shared memory. Dask's P2P tasks (shuffles, merges, rechunks), which
+    need the worker, run in its threads. If a process of the pool dies, the
+    tasks it was running and those waiting in the same pool fail with
+    BrokenProcessPool, and the worker starts a new pool for the tasks after
+    them. The worker's memory limit does not count the pool's memory.
 
     Examples
     --------
     >>> from distributed import Client, LocalCluster
     >>> import mizu.dask
     >>> with LocalCluster(n_workers=2, threads_per_worker=2) as cluster, Client(cluster) as client:
-    ...     client.register_plugin(mizu.dask.WorkerPool())
+    ...     _ = client.register_plugin(mizu.dask.WorkerPool())
     ...     client.submit(sum, range(10)).result()
     45
     """
@@ -131,6 +183,11 @@ class WorkerPool(WorkerPlugin):
         if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(f"start_method must be one of {multiprocessing.get_all_start_methods()} or None, "
                              f"not {start_method!r}")
+        if max_tasks_per_child is not None and (not isinstance(max_tasks_per_child, int) or max_tasks_per_child < 1):
+            raise ValueError(f"max_tasks_per_child must be a positive int or None, not {max_tasks_per_child!r}")
+        if max_tasks_per_child is not None and start_method == "fork":
+            raise ValueError("max_tasks_per_child needs start_method 'spawn' or 'forkserver' (or None, which is "
+                             "spawn then), not 'fork'")
         if not isinstance(executor, str) or executor in ("offload", "actor"):
             raise ValueError(f"executor must name an executor other than Dask's own 'offload' and 'actor', "
                              f"not {executor!r}")
@@ -144,13 +201,14 @@ class WorkerPool(WorkerPlugin):
         # when it ends. A mizu worker ends with the process that started its
         # pool, so the rule's reason does not hold for it.
         multiprocessing.current_process().daemon = False
-        context = multiprocessing.get_context(self.start_method)
+        context = None if self.start_method is None else multiprocessing.get_context(self.start_method)
         size = self.max_workers or worker.state.nthreads
         self._pool = _RenewedPool(lambda: ProcessPoolExecutor(
-            size, mp_context=context, max_tasks_per_child=self.max_tasks_per_child, by_value=self.by_value))
+            size, mp_context=context, max_tasks_per_child=self.max_tasks_per_child, by_value=self.by_value), worker)
         replaced = worker.executors.get(self.executor)
+        shared = replaced is worker.executors.get("offload") or replaced is worker.executors.get("actor")
         worker.executors[self.executor] = self._pool
-        if isinstance(replaced, concurrent.futures.ThreadPoolExecutor) and self.executor == "default":
+        if self.executor == "default" and isinstance(replaced, concurrent.futures.ThreadPoolExecutor) and not shared:
             # The worker's own thread pool: the tasks it is running end as they would.
             replaced.shutdown(wait=False)
 
@@ -160,13 +218,19 @@ class WorkerPool(WorkerPlugin):
             return
         if worker.executors.get(self.executor) is pool:
             if self.executor == "default":
-                # A worker that goes on after the plugin is removed runs its tasks in threads again.
-                worker.executors["default"] = concurrent.futures.ThreadPoolExecutor(
-                    worker.state.nthreads, thread_name_prefix="Dask-Default-Threads")
+                # A worker that goes on after the plugin is removed runs its tasks in threads again, in the
+                # thread pool that secede() and worker_client() know.
+                worker.executors["default"] = ThreadPoolExecutor(
+                    worker.state.nthreads, thread_name_prefix=f"{worker.name}-Dask-Default-Threads")
             else:
                 del worker.executors[self.executor]
-        # The tasks it is running end first, without holding up the worker's event loop.
-        await asyncio.to_thread(pool.shutdown)
+        if worker.status in (Status.closing, Status.closing_gracefully, Status.closed):
+            # The worker is closing: its pool goes without waiting for the tasks it runs, which end with their
+            # processes, as a closing worker's threads do with the process.
+            pool.kill()
+        else:
+            # The tasks it is running end first, without holding up the worker's event loop.
+            await asyncio.to_thread(pool.shutdown)
 
 
 async def dask_setup(worker):

@@ -20,8 +20,11 @@ import children
 from helpers import TESTS, child_environ, exit_all, process_state, require
 
 try:
+    import dask
     import dask.array as da
-    from distributed import Client, LocalCluster, get_worker
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster, get_worker, rejoin, secede
 
     import mizu.dask
 except ImportError as exc:
@@ -76,7 +79,8 @@ def workload(client):
 def test_tasks_run_in_mizu_processes_and_return_what_dasks_own_executor_returns(cluster):
     expected = workload(cluster)
     workers = task_processes(cluster)
-    cluster.register_plugin(mizu.dask.WorkerPool())
+    # Under fork, as the tests below read: a pool's processes are its worker's children.
+    cluster.register_plugin(mizu.dask.WorkerPool(start_method="fork"))
     assert workload(cluster) == expected
     pools = task_processes(cluster)
     assert all(len(pids) == 2 for _, pids in pools.values()), "each worker's pool has one process per thread"
@@ -89,6 +93,27 @@ def test_tasks_run_in_mizu_processes_and_return_what_dasks_own_executor_returns(
     exit_all(pool_pids, 30)
     ran = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
     assert {pid for pid, _ in ran} <= {pid for pid, _ in workers.values()}, "the workers run tasks in threads again"
+
+
+def p2p_workload(client):
+    frame = pd.DataFrame({"key": np.arange(4000) % 37, "value": np.arange(4000.0)})
+    ddf = dd.from_pandas(frame, npartitions=8)
+    x = da.arange(160_000, chunks=4000).reshape(400, 400).rechunk((400, 10))
+    with dask.config.set({"dataframe.shuffle.method": "p2p", "array.rechunk.method": "p2p"}):
+        shuffled = client.compute(ddf.shuffle("key")).result().sort_values("value").reset_index(drop=True)
+        merged = client.compute(ddf.merge(ddf, on="key").value_x.sum()).result()
+        rechunked = client.compute(x.rechunk((10, 400)).sum(axis=0)).result()
+    return shuffled, merged, rechunked
+
+
+def test_dasks_p2p_shuffles_merges_and_rechunks_run(cluster):
+    """Their tasks reach the worker itself, so they run in its threads."""
+    expected = p2p_workload(cluster)
+    cluster.register_plugin(mizu.dask.WorkerPool())
+    shuffled, merged, rechunked = p2p_workload(cluster)
+    pd.testing.assert_frame_equal(shuffled, expected[0])
+    assert merged == expected[1]
+    np.testing.assert_array_equal(rechunked, expected[2])
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
@@ -118,7 +143,7 @@ def test_a_task_that_kills_its_pools_process_fails_and_the_worker_goes_on(cluste
 
 
 def test_a_worker_killed_mid_task_is_replaced_and_its_task_rerun(cluster, tmp_path):
-    cluster.register_plugin(mizu.dask.WorkerPool())
+    cluster.register_plugin(mizu.dask.WorkerPool(start_method="fork"))
     started = tmp_path / "started"
     future = cluster.submit(children.announce_then_nap, str(started), 3, pure=False)
     deadline = time.monotonic() + 60
@@ -154,6 +179,17 @@ def test_the_plugins_arguments_are_checked():
         mizu.dask.WorkerPool(start_method="thread")
     with pytest.raises(ValueError, match="executor must name an executor other than"):
         mizu.dask.WorkerPool(executor="offload")
+    with pytest.raises(ValueError, match="max_tasks_per_child needs start_method 'spawn' or 'forkserver'"):
+        mizu.dask.WorkerPool(max_tasks_per_child=3, start_method="fork")
+
+
+def test_removing_the_plugin_gives_the_workers_dasks_thread_pools_back(cluster):
+    cluster.register_plugin(mizu.dask.WorkerPool(max_tasks_per_child=5))
+    assert cluster.gather(cluster.map(children.double, range(30))) == [2 * i for i in range(30)]
+    cluster.unregister_worker_plugin("mizu")
+    kinds = cluster.run(lambda dask_worker: type(dask_worker.executor).__module__)
+    assert set(kinds.values()) == {"distributed.threadpoolexecutor"}
+    assert cluster.submit(lambda: (secede(), rejoin(), 1)[-1], pure=False).result() == 1
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +217,9 @@ def test_a_preloaded_worker_runs_its_tasks_in_its_mizu_pool(preloaded):
     address, worker_pid = preloaded
     with Client(address) as client:
         ran = client.gather(client.map(children.pid_and_parent, range(20), pure=False))
-        assert {parent for _, parent in ran} == {worker_pid}
+        pools = task_processes(client)
+        assert [pid for pid, _ in pools.values()] == [worker_pid]
+        assert {pid for pid, _ in ran} <= {pid for _, pool in pools.values() for pid in pool}
         assert worker_pid not in {pid for pid, _ in ran}
 
 
