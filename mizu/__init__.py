@@ -56,6 +56,69 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+class _JoblibWatch:
+    """Registers joblib's "mizu" backend (mizu._joblib) once joblib.parallel is loaded, without importing joblib.
+
+    A finder first on sys.meta_path: it finds joblib.parallel through the
+    finders after it and wraps its loader, which then registers the backend
+    as the module is loaded, and steps aside. Any other import costs it a
+    comparison.
+    """
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "joblib.parallel":
+            return None
+        import sys
+
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is _JoblibWatch or find is None else find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ThenRegister(spec.loader)
+                return spec
+        return None
+
+
+class _ThenRegister:
+    """A loader that loads joblib.parallel as its own loader does, then registers mizu's backend with it."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _register_with(module)
+
+
+def _register_with(joblib_parallel):
+    import sys
+
+    from mizu._joblib import register
+
+    if _JoblibWatch in sys.meta_path:
+        sys.meta_path.remove(_JoblibWatch)
+    register(joblib_parallel)
+
+
+def _watch_for_joblib():
+    import sys
+
+    if "joblib.parallel" in sys.modules:
+        _register_with(sys.modules["joblib.parallel"])
+    elif _JoblibWatch not in sys.meta_path:
+        sys.meta_path.insert(0, _JoblibWatch)
+
+
+_watch_for_joblib()
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -12,6 +12,7 @@ from mizu.includes.spin cimport now_ns
 
 import logging
 import os
+import sys
 import threading
 import traceback
 
@@ -79,12 +80,25 @@ def _run_units(fn, list units, int flags):
     return values, failures
 
 
-def main(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
-         bint by_value=False):
+def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, by_value=False):
     """Entry point of worker `index`; returns when the client closes its ring or dies.
 
     by_value: the pool pickles by value what pickle would name (mizu._pickler), and so do its results.
     """
+    try:
+        _serve(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, by_value)
+    finally:
+        # Pools that this worker's tasks started and left running (a nested
+        # joblib loop's, say) are shut down now: multiprocessing joins
+        # their processes as the worker ends, before the interpreter's exit
+        # would shut them down, and would wait for them forever.
+        pools = sys.modules.get("mizu._pool")
+        if pools is not None:
+            pools._python_exit()
+
+
+def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
+           bint by_value):
     cdef PeerWatch client = _core.PeerWatch(client_pid)
     cdef dict registry = {}
     cdef Py_ssize_t done = 0

@@ -100,6 +100,38 @@ def pid():
     return os.getpid()
 
 
+def nap_then_pid(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def kill_self_at(x, fatal=7):
+    """x, a moment later; at x == fatal, this process dies by SIGKILL instead."""
+    if x == fatal:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.01)
+    return x
+
+
+def nested_sum(n):
+    """The sum of double(j) for j < 10 n, computed by a joblib loop of this process on the mizu backend."""
+    from joblib import Parallel, delayed
+
+    return sum(Parallel(backend="mizu", n_jobs=2)(delayed(double)(j) for j in range(10 * n)))
+
+
+_left_running = []
+
+
+def sum_in_a_pool_left_running(n):
+    """sum(range(n)) by a mizu pool of this process, which is left running for the process's end to deal with."""
+    import mizu
+
+    pool = mizu.ProcessPoolExecutor(2)
+    _left_running.append(pool)
+    return sum(pool.map(abs, range(n)))
+
+
 def pid_and_parent(*_):
     """(this process's pid, its parent's): where a task ran."""
     return os.getpid(), os.getppid()

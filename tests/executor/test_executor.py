@@ -268,6 +268,15 @@ def test_shutdown_can_cancel_what_has_not_started(executor_type):
     assert all(f.result() == 0.2 for f in finished)
 
 
+def test_shutdown_ends_workers_whose_tasks_left_a_pool_running(start_method):
+    """The stdlib's pool hangs here: a worker's multiprocessing joins the processes of the pool its task left."""
+    ex = mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))
+    assert list(ex.map(children.sum_in_a_pool_left_running, [3, 4])) == [3, 6]
+    thread, processes = ex._executor_manager_thread, list(ex._processes.values())
+    ex.shutdown(wait=False)
+    assert _ends(thread, processes)
+
+
 def test_constructor_validation(executor_type):
     with pytest.raises(ValueError, match="max_workers must be greater than 0"):
         executor_type(0)

@@ -1,0 +1,226 @@
+"""joblib's "mizu" backend, with joblib's own loky backend as the oracle.
+
+Each test runs the same loop under both, unless it is about what only mizu
+does (shared memory, its pool's reuse); the loops' tasks are children.py's
+functions, lambdas and closures.
+"""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import children
+from helpers import child_environ, exit_all, require
+
+try:
+    import joblib
+    from joblib import Parallel, delayed, parallel_config
+    from joblib.externals.loky import get_reusable_executor
+except ImportError as exc:
+    require(False, f"joblib is not installed ({exc}): pip install joblib", module=True)
+
+import mizu  # noqa: F401  (registers the backend)
+from mizu import _joblib
+
+BACKENDS = ["mizu", "loky"]
+
+
+@pytest.fixture(autouse=True)
+def pools_shut_down(tmp_path, monkeypatch):
+    """Neither backend's reusable pool outlives a test: the leak check after it would count their workers.
+
+    loky's memmapping folders go to tmp_path, not /dev/shm, which its
+    resource tracker cleans only later.
+    """
+    monkeypatch.setenv("JOBLIB_TEMP_FOLDER", str(tmp_path))
+    yield
+    _joblib.shutdown()
+    get_reusable_executor().shutdown(wait=True)
+
+
+def worker_pids(n_jobs=2, tasks=20, **config):
+    with parallel_config(backend="mizu", n_jobs=n_jobs, **config):
+        return set(Parallel()(delayed(children.nap_then_pid)(0.02) for _ in range(tasks)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_results_of_functions_lambdas_and_closures_come_back_in_order(backend):
+    offset = 11
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel()(delayed(children.double)(i) for i in range(500)) == [2 * i for i in range(500)]
+        assert Parallel()(delayed(lambda v: v + offset)(i) for i in range(50)) == list(range(11, 61))
+        assert Parallel(batch_size=7, pre_dispatch="3 * n_jobs")(
+            delayed(children.add)(i, b=1, c=2) for i in range(100)) == [i + 3 for i in range(100)]
+    assert Parallel(backend=backend, n_jobs=2)(delayed(children.double)(i) for i in range(10)) == \
+        [2 * i for i in range(10)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generators_yield_every_result(backend):
+    with parallel_config(backend=backend, n_jobs=2):
+        ordered = Parallel(return_as="generator")(delayed(children.double)(i) for i in range(100))
+        assert list(ordered) == [2 * i for i in range(100)]
+        unordered = Parallel(return_as="generator_unordered")(
+            delayed(children.nap)(0.01 * (i % 3)) for i in range(30))
+        assert sorted(unordered) == sorted(0.01 * (i % 3) for i in range(30))
+
+
+@pytest.mark.parametrize("n_jobs", [None, 1, 2, 5, -1, -2, -100])
+def test_n_jobs_mean_what_they_mean_for_loky(n_jobs):
+    found = {}
+    for backend in BACKENDS:
+        with parallel_config(backend=backend):
+            found[backend] = (joblib.effective_n_jobs(n_jobs), Parallel(n_jobs=n_jobs)._effective_n_jobs())
+    assert found["mizu"] == found["loky"]
+    with pytest.raises(ValueError, match="n_jobs == 0"), parallel_config(backend="mizu"):
+        joblib.effective_n_jobs(0)
+
+
+def test_one_job_runs_in_the_caller_and_the_configs_n_jobs_is_the_default():
+    with parallel_config(backend="mizu"):
+        assert Parallel()(delayed(os.getpid)() for _ in range(3)) == [os.getpid()] * 3
+    with parallel_config(backend="mizu", n_jobs=2):
+        assert os.getpid() not in Parallel()(delayed(children.pid)() for _ in range(10))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_error_is_raised_with_the_workers_traceback(backend):
+    with pytest.raises(ValueError, match="7 is bad") as raised, parallel_config(backend=backend, n_jobs=2):
+        Parallel()(delayed(children.fail_at)(i) for i in range(50))
+    assert "fail_at" in str(raised.value.__cause__)
+    # The loop after the error runs.
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel()(delayed(children.double)(i) for i in range(20)) == [2 * i for i in range(20)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_timeout_stops_the_stuck_task_and_the_next_loop_runs(backend, tmp_path):
+    started = tmp_path / "started"
+    start = time.monotonic()
+    with pytest.raises(multiprocessing.TimeoutError), parallel_config(backend=backend, n_jobs=2):
+        Parallel(timeout=1)(delayed(children.announce_then_nap)(str(started), 60) for _ in range(1))
+    assert time.monotonic() - start < 30
+    exit_all([int(started.read_text())], 30)
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel()(delayed(children.double)(i) for i in range(20)) == [2 * i for i in range(20)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_worker_killed_mid_loop_is_named_and_the_next_loop_runs(backend):
+    with pytest.raises(Exception, match="terminated abruptly|killed|SIGKILL") as raised, \
+            parallel_config(backend=backend, n_jobs=2):
+        Parallel()(delayed(children.kill_self_at)(i) for i in range(20))
+    if backend == "mizu":
+        assert "signal 9 (SIGKILL) while running mizu._joblib._run_batch([children.kill_self_at(" in str(raised.value)
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel()(delayed(children.double)(i) for i in range(20)) == [2 * i for i in range(20)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_initializer_runs_in_each_worker(backend):
+    with parallel_config(backend=backend, n_jobs=2, initializer=children.remember, initargs=("ready",)):
+        assert Parallel()(delayed(children.initialized)() for _ in range(10)) == [["ready"]] * 10
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_workers_limit_their_inner_threads(backend):
+    with parallel_config(backend=backend, n_jobs=2, inner_max_num_threads=1):
+        assert set(Parallel()(delayed(os.environ.get)("OMP_NUM_THREADS") for _ in range(4))) == {"1"}
+    with parallel_config(backend=backend, n_jobs=2):
+        expected = str(max((os.cpu_count() or 1) // 2, 1))
+        found = set(Parallel()(delayed(os.environ.get)("OPENBLAS_NUM_THREADS") for _ in range(4)))
+        assert found == {os.environ.get("OPENBLAS_NUM_THREADS", expected)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefer_and_require_hints_choose_as_for_loky(backend):
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel(prefer="threads")(delayed(os.getpid)() for _ in range(4)) != [os.getpid()] * 4
+        assert Parallel(require="sharedmem")(delayed(os.getpid)() for _ in range(4)) == [os.getpid()] * 4
+    assert Parallel(backend=backend, n_jobs=2, prefer="threads")(delayed(children.pid)() for _ in range(4)) \
+        != [os.getpid()] * 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_progress_is_printed_with_verbose(backend, capfd):
+    with parallel_config(backend=backend, n_jobs=2):
+        Parallel(verbose=10)(delayed(children.double)(i) for i in range(20))
+    err = capfd.readouterr().err
+    assert "Using backend" in err and "Done  20 out of  20" in err
+    assert ("MizuBackend" in err) == (backend == "mizu")
+
+
+def test_a_task_can_run_a_nested_mizu_loop():
+    with parallel_config(backend="mizu", n_jobs=2):
+        got = Parallel()(delayed(children.nested_sum)(i) for i in range(4))
+    assert got == [sum(2 * j for j in range(i * 10)) for i in range(4)]
+
+
+def test_the_pool_is_reused_while_the_arguments_stay_the_same():
+    first = worker_pids()
+    assert worker_pids() == first
+    assert worker_pids(n_jobs=2, inner_max_num_threads=2) & first == set()
+
+
+def test_arrays_go_through_shared_memory_not_the_memmapping_folder(tmp_path):
+    big = np.arange(1 << 21, dtype=np.float64)   # 16 MB, over joblib's 1 MB memmapping threshold
+    with parallel_config(backend="mizu", n_jobs=2):
+        assert Parallel()(delayed(children.in_arena)(big) for _ in range(4)) == [True] * 4
+        results = Parallel()(delayed(np.negative)(big) for _ in range(4))
+    for result in results:
+        np.testing.assert_array_equal(result, -big)
+        assert mizu.arena_block(result) is not None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_importing_mizu_registers_the_backend_without_importing_joblib():
+    code = ("import sys, mizu; assert 'joblib' not in sys.modules; import joblib.parallel; "
+            "print('mizu' in joblib.parallel.BACKENDS)")
+    for program in (code, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)"):
+        done = subprocess.run([sys.executable, "-c", program], env=child_environ(), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "True"
+
+
+INTERRUPTED = """
+import sys
+import children
+import mizu
+from joblib import Parallel, delayed
+
+print("started", flush=True)
+try:
+    Parallel(backend="mizu", n_jobs=2)(delayed(children.announce_then_nap)(f"{sys.argv[1]}.{i}", 60) for i in range(4))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_stops_a_loop_promptly_and_leaves_no_worker(tmp_path):
+    started = tmp_path / "task"
+    program = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(started)], env=child_environ(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "task.0").exists() or not (tmp_path / "task.1").exists():
+            assert time.monotonic() < deadline and program.poll() is None, program.stderr.read()
+            time.sleep(0.01)
+        workers = [int((tmp_path / f"task.{i}").read_text()) for i in range(2)]
+        interrupted = time.monotonic()
+        program.send_signal(signal.SIGINT)
+        out, err = program.communicate(timeout=30)
+        assert time.monotonic() - interrupted < 10
+        assert program.returncode == 3, err
+        assert out.split() == ["started", "interrupted"]
+        exit_all(workers, 30)
+    finally:
+        program.kill()
+        program.wait()
