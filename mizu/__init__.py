@@ -62,8 +62,11 @@ class _JoblibWatch:
     A finder first on sys.meta_path: it finds joblib.parallel through the
     finders after it and wraps its loader, which then registers the backend
     as the module is loaded, and steps aside. Any other import costs it a
-    comparison.
+    comparison. A mizu imported anew (importlib.reload) finds its earlier
+    watch by the mark it bears, and takes its place.
     """
+
+    mizu_joblib_watch = True
 
     @staticmethod
     def find_spec(name, path=None, target=None):
@@ -73,7 +76,9 @@ class _JoblibWatch:
 
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec = None if finder is _JoblibWatch or find is None else find(name, path, target)
+            if getattr(finder, "mizu_joblib_watch", False) or find is None:
+                continue
+            spec = find(name, path, target)
             if spec is not None:
                 if spec.loader is not None:
                     spec.loader = _ThenRegister(spec.loader)
@@ -88,32 +93,46 @@ class _ThenRegister:
         self.loader = loader
 
     def __getattr__(self, name):
+        if name == "loader":
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
+        # The module keeps its own loader, as if this one had not been.
+        module.__loader__ = module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         _register_with(module)
 
 
 def _register_with(joblib_parallel):
+    _stop_watching()
+    try:
+        from mizu._joblib import register
+
+        register(joblib_parallel)
+    except Exception as exc:
+        import warnings
+
+        warnings.warn(f"mizu could not register its joblib backend ({type(exc).__name__}: {exc}); "
+                      f"Parallel(backend='mizu') will not be found", RuntimeWarning, stacklevel=2)
+
+
+def _stop_watching():
     import sys
 
-    from mizu._joblib import register
-
-    if _JoblibWatch in sys.meta_path:
-        sys.meta_path.remove(_JoblibWatch)
-    register(joblib_parallel)
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "mizu_joblib_watch", False)]
 
 
 def _watch_for_joblib():
     import sys
 
+    _stop_watching()
     if "joblib.parallel" in sys.modules:
         _register_with(sys.modules["joblib.parallel"])
-    elif _JoblibWatch not in sys.meta_path:
+    else:
         sys.meta_path.insert(0, _JoblibWatch)
 
 

@@ -11,8 +11,11 @@ timeout or Ctrl-C kills the pool's workers, so no task of it goes on
 running, and the next call gets a new pool.
 """
 
+import multiprocessing
 import os
 import threading
+import warnings
+from concurrent.futures import CancelledError
 
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend
 
@@ -25,7 +28,20 @@ from mizu._executor import ProcessPoolExecutor
 _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "temp_folder", "verbose"}
 
 _lock = threading.Lock()
-_shared = None   # (what the pool was made for, the pool)
+_shared = None   # the process's reusable pool: a _Shared
+
+
+class _Shared:
+    """The reusable pool, what it was made for, and how many loops run on it now."""
+
+    def __init__(self, made_for, pool):
+        self.made_for, self.pool, self.users = made_for, pool, 1
+
+    def fits(self, wanted):
+        n_jobs, env, initializer, initargs, method = self.made_for
+        return (not self.pool._broken and not self.pool._pool.shutting_down and n_jobs == wanted[0]
+                and env == wanted[1] and initializer is wanted[2] and _same(initargs, wanted[3])
+                and method == wanted[4])
 
 
 def _start_worker(env, initializer, initargs):
@@ -37,7 +53,9 @@ def _start_worker(env, initializer, initargs):
         pass
     else:
         # The libraries that a forked worker has loaded already read the environment.
-        threadpool_limits(int(env["OMP_NUM_THREADS"]))
+        limit = env["OMP_NUM_THREADS"]
+        if limit.isdigit():
+            threadpool_limits(int(limit))
     if initializer is not None:
         initializer(*initargs)
 
@@ -70,30 +88,52 @@ def _same(a, b):
         return a is b
 
 
-def _pool_for(n_jobs, env, initializer, initargs, context):
-    """The shared pool, made anew unless the one there is whole and was made for the same arguments."""
+def _take_pool(n_jobs, env, initializer, initargs, context):
+    """A pool for one loop: the shared one if it was made for the same arguments, else a new one.
+
+    A new pool becomes the shared one unless another loop still runs on the
+    shared one (a generator not yet consumed, a loop in another thread):
+    then it is this loop's own, and ends with it.
+    """
     global _shared
     wanted = (n_jobs, env, initializer, initargs, context.get_start_method())
-    with _lock:
-        if _shared is not None:
-            made_for, pool = _shared
-            if (not pool._broken and not pool._pool.shutting_down and made_for[0] == n_jobs and made_for[1] == env
-                    and made_for[2] is initializer and _same(made_for[3], initargs) and made_for[4] == wanted[4]):
-                return pool
-            pool.shutdown(wait=False)
-        pool = ProcessPoolExecutor(n_jobs, mp_context=context, initializer=_start_worker,
+
+    def make():
+        return ProcessPoolExecutor(n_jobs, mp_context=context, initializer=_start_worker,
                                    initargs=(env, initializer, initargs), by_value=True)
-        _shared = (wanted, pool)
-        return pool
+
+    with _lock:
+        if _shared is not None and _shared.fits(wanted):
+            _shared.users += 1
+            return _shared.pool
+        if _shared is not None and _shared.users > 0:
+            return make()
+        if _shared is not None:
+            _shared.pool.shutdown(wait=False)
+        _shared = _Shared(wanted, make())
+        return _shared.pool
 
 
-def _discard(pool):
-    """Kill the pool's workers, whatever they run, and forget it."""
+def _give_back(pool, kill):
+    """A loop is done with its pool; kill: it ended by an error, a timeout or Ctrl-C.
+
+    The shared pool stays for the next loop, but an aborted loop's tasks may
+    still run in it: it is killed unless another loop runs on it, and then
+    only the aborted loop's tasks that have not started are cancelled (by
+    the caller). A loop's own pool ends with it.
+    """
     global _shared
     with _lock:
-        if _shared is not None and _shared[1] is pool:
+        shared = _shared is not None and _shared.pool is pool
+        if shared:
+            _shared.users -= 1
+            if not kill or _shared.users > 0:
+                return
             _shared = None
-    pool._pool.force_shutdown("kill")
+    if kill:
+        pool._pool.force_shutdown("kill")
+    else:
+        pool.shutdown(wait=False)
 
 
 class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
@@ -115,12 +155,24 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def __init__(self, nesting_level=None, inner_max_num_threads=None, **backend_kwargs):
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads, **backend_kwargs)
-        self._workers = None
+        self._workers, self._pending = None, set()
 
     def effective_n_jobs(self, n_jobs):
         if n_jobs == 0:
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
         if n_jobs is None:
+            return 1
+        # loky's rules: a daemonic process may not start processes, and a
+        # loop nested in a thread runs in that thread.
+        if multiprocessing.current_process().daemon:
+            if n_jobs != 1:
+                warnings.warn("the mizu backend cannot start workers in a daemonic process: "
+                              "setting n_jobs=1", stacklevel=3)
+            return 1
+        if not (self.in_main_thread() or self.nesting_level == 0):
+            if n_jobs != 1:
+                warnings.warn("the mizu backend's loops nested in a thread run in it: setting n_jobs=1",
+                              stacklevel=3)
             return 1
         if n_jobs < 0:
             return max((os.cpu_count() or 1) + 1 + n_jobs, 1)
@@ -130,8 +182,6 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         n_jobs = self.effective_n_jobs(n_jobs)
         if n_jobs == 1:
             raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
-        import multiprocessing
-
         # Parallel's arguments over parallel_config's.
         options = {**self.backend_kwargs, **options}
         unknown = sorted(set(options) - _OPTIONS)
@@ -142,27 +192,43 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         self._initializer, self._initargs = options.get("initializer"), tuple(options.get("initargs", ()))
         self._context = options.get("context") or multiprocessing.get_context()
         env = self._prepare_worker_env(n_jobs=n_jobs)
-        self._workers = _pool_for(n_jobs, env, self._initializer, self._initargs, self._context)
+        self._release(kill=False)
+        self._workers = _take_pool(n_jobs, env, self._initializer, self._initargs, self._context)
+        self._pending = set()
         return n_jobs
 
     def submit(self, func, callback=None):
         future = self._workers.submit(_run_batch, _Batch(func))
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
         if callback is not None:
             future.add_done_callback(callback)
         return future
 
     def retrieve_result_callback(self, future):
-        return future.result()
+        try:
+            return future.result()
+        except CancelledError:
+            raise RuntimeError("this loop's tasks were cancelled as it was stopped (an error, a timeout, "
+                               "Ctrl-C, or its generator was dropped)") from None
+
+    def _release(self, kill):
+        pool, self._workers = self._workers, None
+        if pool is None:
+            return
+        pending, self._pending = self._pending, set()
+        if kill:
+            for future in list(pending):
+                future.cancel()
+        _give_back(pool, kill)
 
     def terminate(self):
-        # The pool stays for the next call.
-        self._workers = None
+        # The shared pool stays for the next loop.
+        self._release(kill=False)
         self.reset_batch_stats()
 
     def abort_everything(self, ensure_ready=True):
-        if self._workers is not None:
-            _discard(self._workers)
-            self._workers = None
+        self._release(kill=True)
         if ensure_ready:
             self.configure(n_jobs=self.parallel.n_jobs, parallel=self.parallel, initializer=self._initializer,
                            initargs=self._initargs, context=self._context)
@@ -179,4 +245,4 @@ def shutdown():
     with _lock:
         found, _shared = _shared, None
     if found is not None:
-        found[1].shutdown(wait=True)
+        found.pool.shutdown(wait=True)

@@ -1075,13 +1075,13 @@ def _abandon_inherited_pools():
 os.register_at_fork(after_in_child=_abandon_inherited_pools)
 
 
-def _python_exit():
+def _python_exit(cancel_futures=False):
     global _interpreter_exiting
     _interpreter_exiting = True
     pools = list(_live_pools)
     try:
         for pool in pools:
-            pool.shutdown(wait=True, cancel_futures=False)
+            pool.shutdown(wait=True, cancel_futures=cancel_futures)
     except BaseException as exc:
         # Interrupted: the pool it waited for has stopped; the others stop too.
         for pool in pools:

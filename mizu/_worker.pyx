@@ -89,12 +89,13 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
         _serve(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, by_value)
     finally:
         # Pools that this worker's tasks started and left running (a nested
-        # joblib loop's, say) are shut down now: multiprocessing joins
-        # their processes as the worker ends, before the interpreter's exit
-        # would shut them down, and would wait for them forever.
+        # joblib loop's, say) are shut down now, their queued tasks cancelled,
+        # since nobody is left to collect them: multiprocessing joins their
+        # processes as the worker ends, before the interpreter's exit would
+        # shut them down, and would wait for them forever.
         pools = sys.modules.get("mizu._pool")
         if pools is not None:
-            pools._python_exit()
+            pools._python_exit(cancel_futures=True)
 
 
 def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,

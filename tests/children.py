@@ -132,6 +132,26 @@ def sum_in_a_pool_left_running(n):
     return sum(pool.map(abs, range(n)))
 
 
+def environ(name):
+    """This process's environment variable name, or None."""
+    return os.environ.get(name)
+
+
+def joblib_loop_pids(backend):
+    """Where a joblib loop of this process runs its calls, how many jobs it has, and what it warned of."""
+    import warnings
+
+    import mizu  # noqa: F401  (registers the backend)
+    from joblib import Parallel, delayed
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parallel = Parallel(backend=backend, n_jobs=2)
+        pids = set(parallel(delayed(os.getpid)() for _ in range(4)))
+        n_jobs = parallel._effective_n_jobs()
+    return {"pid": os.getpid(), "pids": pids, "n_jobs": n_jobs, "warning": " ".join(str(w.message) for w in caught)}
+
+
 def pid_and_parent(*_):
     """(this process's pid, its parent's): where a task ran."""
     return os.getpid(), os.getppid()

@@ -104,7 +104,7 @@ def test_a_timeout_stops_the_stuck_task_and_the_next_loop_runs(backend, tmp_path
     started = tmp_path / "started"
     start = time.monotonic()
     with pytest.raises(multiprocessing.TimeoutError), parallel_config(backend=backend, n_jobs=2):
-        Parallel(timeout=1)(delayed(children.announce_then_nap)(str(started), 60) for _ in range(1))
+        Parallel(timeout=3)(delayed(children.announce_then_nap)(str(started), 60) for _ in range(1))
     assert time.monotonic() - start < 30
     exit_all([int(started.read_text())], 30)
     with parallel_config(backend=backend, n_jobs=2):
@@ -129,13 +129,14 @@ def test_the_initializer_runs_in_each_worker(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_workers_limit_their_inner_threads(backend):
-    with parallel_config(backend=backend, n_jobs=2, inner_max_num_threads=1):
-        assert set(Parallel()(delayed(os.environ.get)("OMP_NUM_THREADS") for _ in range(4))) == {"1"}
+def test_workers_limit_their_inner_threads(backend, monkeypatch):
+    with parallel_config(backend=backend, n_jobs=2, inner_max_num_threads=3):
+        assert set(Parallel()(delayed(children.environ)("OMP_NUM_THREADS") for _ in range(4))) == {"3"}
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
     with parallel_config(backend=backend, n_jobs=2):
-        expected = str(max((os.cpu_count() or 1) // 2, 1))
-        found = set(Parallel()(delayed(os.environ.get)("OPENBLAS_NUM_THREADS") for _ in range(4)))
-        assert found == {os.environ.get("OPENBLAS_NUM_THREADS", expected)}
+        found = set(Parallel()(delayed(children.environ)("OPENBLAS_NUM_THREADS") for _ in range(4)))
+    assert found == {str(max((os.cpu_count() or 1) // 2, 1))}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -162,6 +163,43 @@ def test_a_task_can_run_a_nested_mizu_loop():
     assert got == [sum(2 * j for j in range(i * 10)) for i in range(4)]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_in_a_daemonic_process_runs_in_it(backend):
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        found = pool.apply(children.joblib_loop_pids, (backend,))
+    assert found["n_jobs"] == 1 and found["pids"] == {found["pid"]} and "n_jobs=1" in found["warning"]
+
+
+def test_a_loop_runs_while_another_holds_the_pool_with_other_arguments():
+    """Each Parallel(backend="mizu") has a backend of its own; the second loop gets a pool of its own."""
+    first = Parallel(backend="mizu", n_jobs=2, return_as="generator")(delayed(children.double)(i) for i in range(50))
+    assert next(first) == 0
+    assert Parallel(backend="mizu", n_jobs=3)(delayed(children.double)(i) for i in range(50)) == \
+        [2 * i for i in range(50)]
+    assert list(first) == [2 * i for i in range(1, 50)]
+    # The shared pool is still the first loop's, and serves a loop with its arguments.
+    assert Parallel(backend="mizu", n_jobs=2)(delayed(children.double)(i) for i in range(5)) == [0, 2, 4, 6, 8]
+
+
+def test_an_error_in_one_loop_leaves_a_loop_of_another_thread_running():
+    import threading
+
+    found = {}
+
+    def other():
+        with parallel_config(backend="mizu", n_jobs=2):
+            found["other"] = Parallel()(delayed(children.nap)(0.05) for _ in range(40))
+
+    with parallel_config(backend="mizu", n_jobs=2):
+        assert Parallel()(delayed(children.double)(i) for i in range(4)) == [0, 2, 4, 6]
+        thread = threading.Thread(target=other)
+        thread.start()
+        with pytest.raises(ValueError, match="7 is bad"):
+            Parallel()(delayed(children.fail_at)(i) for i in range(50))
+        thread.join(120)
+    assert found["other"] == [0.05] * 40
+
+
 def test_the_pool_is_reused_while_the_arguments_stay_the_same():
     first = worker_pids()
     assert worker_pids() == first
@@ -182,7 +220,10 @@ def test_arrays_go_through_shared_memory_not_the_memmapping_folder(tmp_path):
 def test_importing_mizu_registers_the_backend_without_importing_joblib():
     code = ("import sys, mizu; assert 'joblib' not in sys.modules; import joblib.parallel; "
             "print('mizu' in joblib.parallel.BACKENDS)")
-    for program in (code, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)"):
+    reloaded = ("import importlib, mizu; importlib.reload(mizu); import joblib.parallel; "
+                "print('mizu' in joblib.parallel.BACKENDS and joblib.parallel.__loader__.__class__.__name__ != "
+                "'_ThenRegister')")
+    for program in (code, reloaded, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)"):
         done = subprocess.run([sys.executable, "-c", program], env=child_environ(), capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
