@@ -13,8 +13,10 @@ running, and the next call gets a new pool.
 
 import multiprocessing
 import os
+import sys
 import threading
 import warnings
+import weakref
 from concurrent.futures import CancelledError
 
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend
@@ -23,9 +25,50 @@ from mizu._errors import call_repr
 from mizu._executor import ProcessPoolExecutor
 
 # What Parallel and parallel_config pass on to a backend that the mizu backend takes: the initializer,
-# the multiprocessing context (its start method), and joblib's memmapping options, which arrays crossing
-# through shared memory leave with nothing to do.
+# the multiprocessing context (its start method), and joblib's memmapping options: max_nbytes and
+# mmap_mode say which arrays go to shared memory once per loop (_LoopArrays); temp_folder and verbose
+# have nothing to do.
 _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "temp_folder", "verbose"}
+
+
+class _LoopArrays:
+    """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
+
+    A numpy array argument of more than max_nbytes bytes, not in shared
+    memory already, is copied into an arena block the first time a call
+    takes it; the loop's later calls that take the same array get that
+    block. With mmap_mode "r" (joblib's default) the copy is read-only in
+    the workers, as loky's memmaps are; with "r+" or "w+" the loop's tasks
+    share it writable. The copies go when the loop ends.
+    """
+
+    def __init__(self, max_nbytes, mmap_mode):
+        import numpy
+
+        self.ndarray, self.max_nbytes, self.writeable = numpy.ndarray, max_nbytes, mmap_mode != "r"
+        self.copies = {}   # id of an array: (a weak reference to it, its copy)
+
+    def share(self, items):
+        ndarray = self.ndarray
+        for i, (fn, args, kwargs) in enumerate(items):
+            if any(type(arg) is ndarray for arg in args) or any(type(v) is ndarray for v in kwargs.values()):
+                items[i] = (fn, tuple(map(self.shared, args)), {k: self.shared(v) for k, v in kwargs.items()})
+
+    def shared(self, value):
+        if type(value) is not self.ndarray or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+            return value
+        found = self.copies.get(id(value))
+        if found is not None and found[0]() is value:
+            return found[1]
+        from mizu._arena import arena_block
+        from mizu._arrays import asarray
+
+        if arena_block(value) is not None:
+            return value
+        copy = asarray(value)
+        copy.flags.writeable = self.writeable
+        self.copies[id(value)] = (weakref.ref(value), copy)
+        return copy
 
 _lock = threading.Lock()
 _shared = None   # the process's reusable pool: a _Shared
@@ -143,9 +186,11 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     caller), -1 is every CPU and -2 all but one; tasks are batched
     automatically; functions, lambdas and closures pickle by value; a
     worker's BLAS and OpenMP use ``cpu_count() // n_jobs`` threads unless
-    ``inner_max_num_threads`` says otherwise. Unlike loky's, arrays go to
-    the workers and back through mizu's shared memory, so ``max_nbytes``,
-    ``mmap_mode`` and ``temp_folder`` have nothing to do and are ignored.
+    ``inner_max_num_threads`` says otherwise; an array argument of more
+    than ``max_nbytes`` goes to the workers once per loop, read-only unless
+    ``mmap_mode`` is "r+" or "w+". Unlike loky's, arrays go to the workers
+    and back through mizu's shared memory, results included; ``temp_folder``
+    has nothing to do.
     """
 
     supports_retrieve_callback = True
@@ -155,7 +200,7 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def __init__(self, nesting_level=None, inner_max_num_threads=None, **backend_kwargs):
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads, **backend_kwargs)
-        self._workers, self._pending = None, set()
+        self._workers, self._pending, self._arrays = None, set(), None
 
     def effective_n_jobs(self, n_jobs):
         if n_jobs == 0:
@@ -188,16 +233,22 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         if unknown:
             raise TypeError(f"the mizu backend takes no argument {', '.join(map(repr, unknown))}; it takes "
                             f"{', '.join(sorted(_OPTIONS))}")
-        self.parallel = parallel
+        self.parallel, self._options = parallel, options
         self._initializer, self._initargs = options.get("initializer"), tuple(options.get("initargs", ()))
         self._context = options.get("context") or multiprocessing.get_context()
         env = self._prepare_worker_env(n_jobs=n_jobs)
         self._release(kill=False)
         self._workers = _take_pool(n_jobs, env, self._initializer, self._initargs, self._context)
         self._pending = set()
+        max_nbytes, mmap_mode = options.get("max_nbytes", 1 << 20), options.get("mmap_mode", "r")
+        numpy_loaded = "numpy" in sys.modules
+        self._arrays = (_LoopArrays(max_nbytes, mmap_mode)
+                        if numpy_loaded and max_nbytes is not None and mmap_mode in ("r", "r+", "w+") else None)
         return n_jobs
 
     def submit(self, func, callback=None):
+        if self._arrays is not None:
+            self._arrays.share(func.items)
         future = self._workers.submit(_run_batch, _Batch(func))
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -216,7 +267,7 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         pool, self._workers = self._workers, None
         if pool is None:
             return
-        pending, self._pending = self._pending, set()
+        pending, self._pending, self._arrays = self._pending, set(), None
         if kill:
             for future in list(pending):
                 future.cancel()
@@ -230,8 +281,7 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     def abort_everything(self, ensure_ready=True):
         self._release(kill=True)
         if ensure_ready:
-            self.configure(n_jobs=self.parallel.n_jobs, parallel=self.parallel, initializer=self._initializer,
-                           initargs=self._initargs, context=self._context)
+            self.configure(n_jobs=self.parallel.n_jobs, parallel=self.parallel, **self._options)
 
 
 def register(joblib_parallel):

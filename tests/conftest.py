@@ -20,7 +20,7 @@ import mizu
 # helpers.py from this folder by name.
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import Client, process_group, shm_entries  # noqa: E402
+from helpers import Client, process_group, shm_entries, without_tblib_reducers  # noqa: E402
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
@@ -34,6 +34,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def pytest_configure(config):
     config.addinivalue_line("markers", "stdlib_oracle_from(version): the stdlib's pool is this test's oracle only "
                             "from that Python on (before, it lacks the feature or hangs); its cases drop out before")
+
+
+def pytest_collection_finish(session):
+    """Collecting tests/dask imports dask.dataframe, which imports distributed once it is installed: its mark on
+    pickling goes again (helpers.without_tblib_reducers); tests/dask/conftest.py removes it after each of its
+    modules too."""
+    without_tblib_reducers()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,6 +5,7 @@ name: conftest.py puts this folder on sys.path, and child_environ() puts it
 on a child interpreter's PYTHONPATH.
 """
 
+import copyreg
 import os
 import queue
 import select
@@ -40,11 +41,24 @@ def require(ready, missing, module=False):
     pytest.skip(missing, allow_module_level=module)
 
 
+def without_tblib_reducers():
+    """Take tblib's reducers out of copyreg's table.
+
+    distributed registers them for every exception class as it is imported,
+    and again for an exception's classes whenever a task fails: exceptions
+    then pickle otherwise in this process and in the workers it forks, and a
+    test of how they pickle would test tblib.
+    """
+    for cls, reducer in list(copyreg.dispatch_table.items()):
+        if getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib"):
+            del copyreg.dispatch_table[cls]
+
+
 def shm_entries():
-    """/dev/shm's entries, but multiprocessing's semaphores: mizu makes none, and any other Python process on the
-    machine may create and remove them at any time."""
+    """/dev/shm's entries, but multiprocessing's and loky's semaphores: mizu makes none, and any other Python
+    process on the machine may create and remove them at any time."""
     try:
-        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
+        return {name for name in os.listdir("/dev/shm") if not name.startswith(("sem.mp-", "sem.loky-"))}
     except FileNotFoundError:
         return set()
 

@@ -6,12 +6,12 @@ registered.
 """
 
 import multiprocessing
-from concurrent.futures.process import BrokenProcessPool
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pytest
@@ -193,16 +193,26 @@ def test_removing_the_plugin_gives_the_workers_dasks_thread_pools_back(cluster):
 
 
 @pytest.fixture(scope="module")
-def preloaded():
-    """A scheduler on loopback and a `dask worker --preload mizu.dask` of two threads: (address, worker's pid)."""
+def preloaded(tmp_path_factory):
+    """A scheduler on loopback and a `dask worker --preload mizu.dask` of two threads: (address, worker's pid).
+
+    The worker runs in a folder of its own: `python -m` puts the current
+    folder first on sys.path, where a source checkout's mizu/ would shadow the
+    installed package.
+    """
+    folder = tmp_path_factory.mktemp("worker")
     with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0") as local:
         worker = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", local.scheduler_address, "--nthreads", "2",
              "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--preload", "mizu.dask"],
-            env=child_environ(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            cwd=folder, env=child_environ(), stdout=subprocess.DEVNULL, stderr=open(folder / "stderr", "w"))
         try:
             with Client(local) as client:
-                client.wait_for_workers(1, timeout=120)
+                deadline = time.monotonic() + 120
+                while not client.scheduler_info()["workers"]:
+                    assert worker.poll() is None and time.monotonic() < deadline, \
+                        f"dask worker did not start: {(folder / 'stderr').read_text()[-3000:]}"
+                    time.sleep(0.1)
             yield local.scheduler_address, worker.pid
         finally:
             worker.send_signal(signal.SIGTERM)
@@ -210,7 +220,7 @@ def preloaded():
                 worker.wait(60)
             finally:
                 worker.kill()
-                worker.stderr.close()
+                worker.wait()
 
 
 def test_a_preloaded_worker_runs_its_tasks_in_its_mizu_pool(preloaded):
@@ -225,7 +235,7 @@ def test_a_preloaded_worker_runs_its_tasks_in_its_mizu_pool(preloaded):
 
 def run_switch(*argv):
     done = subprocess.run([sys.executable, SWITCH, *argv], env=child_environ(), capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, cwd=os.path.dirname(SWITCH))
     assert done.returncode == 0, done.stderr
     return done.stdout
 

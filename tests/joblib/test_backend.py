@@ -217,15 +217,38 @@ def test_arrays_go_through_shared_memory_not_the_memmapping_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_importing_mizu_registers_the_backend_without_importing_joblib():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_large_argument_is_read_only_in_the_workers_unless_asked(backend):
+    big = np.zeros(1 << 18)   # 2 MB, over max_nbytes
+    with parallel_config(backend=backend, n_jobs=2):
+        with pytest.raises(ValueError, match="read-only"):
+            Parallel()(delayed(children.fill_then_first)(big, i) for i in range(4))
+        assert Parallel(max_nbytes=None)(delayed(children.fill_then_first)(big, i) for i in range(4)) == [0, 1, 2, 3]
+        assert Parallel(mmap_mode="r+")(delayed(children.fill_then_first)(big, 7) for _ in range(4)) == [7] * 4
+    assert not big.any(), "the caller's array is never written"
+
+
+def test_a_large_argument_goes_to_the_workers_once_per_loop():
+    big = np.arange(1 << 18, dtype=np.float64)
+    small = np.arange(100, dtype=np.float64)
+    with parallel_config(backend="mizu", n_jobs=2):
+        blocks = Parallel()(delayed(children.block_of)(big) for _ in range(8))
+        assert len(set(blocks)) == 1 and None not in blocks
+        assert Parallel()(delayed(children.block_of)(small) for _ in range(2)) == [None, None]
+
+
+def test_importing_mizu_registers_the_backend_without_importing_joblib(tmp_path):
+    folder = tmp_path
     code = ("import sys, mizu; assert 'joblib' not in sys.modules; import joblib.parallel; "
             "print('mizu' in joblib.parallel.BACKENDS)")
     reloaded = ("import importlib, mizu; importlib.reload(mizu); import joblib.parallel; "
                 "print('mizu' in joblib.parallel.BACKENDS and joblib.parallel.__loader__.__class__.__name__ != "
                 "'_ThenRegister')")
     for program in (code, reloaded, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)"):
+        # From a folder of its own: `python -c` puts the current folder first on sys.path, where a source
+        # checkout's mizu/ would shadow the installed package.
         done = subprocess.run([sys.executable, "-c", program], env=child_environ(), capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, cwd=folder)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "True"
 
@@ -248,7 +271,8 @@ except KeyboardInterrupt:
 def test_ctrl_c_stops_a_loop_promptly_and_leaves_no_worker(tmp_path):
     started = tmp_path / "task"
     program = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(started)], env=child_environ(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "task.0").exists() or not (tmp_path / "task.1").exists():
