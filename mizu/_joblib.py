@@ -70,6 +70,7 @@ class _LoopArrays:
         self.copies[id(value)] = (weakref.ref(value), copy)
         return copy
 
+
 _lock = threading.Lock()
 _shared = None   # the process's reusable pool: a _Shared
 
