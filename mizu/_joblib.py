@@ -19,7 +19,9 @@ import warnings
 import weakref
 from concurrent.futures import CancelledError
 
-from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend
+# joblib and threadpoolctl ship no type information.
+from joblib._parallel_backends import (  # type: ignore[import-untyped]
+    AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend)
 
 from mizu._errors import call_repr
 from mizu._executor import ProcessPoolExecutor
@@ -92,7 +94,7 @@ def _start_worker(env, initializer, initargs):
     """A worker's first call: the thread limits joblib asks of its workers, then the user's initializer."""
     os.environ.update(env)
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
     except ImportError:
         pass
     else:
