@@ -6,14 +6,19 @@ task does no work, so the rows time the transport), for mizu with a
 `mizu.empty` array, mizu with a plain array,
 concurrent.futures.ProcessPoolExecutor and joblib's default loky backend
 (which memory-maps large arguments), all in one run; medians and mizu's
-speed-up over each. Then the memory that passing one 1 GB
-`mizu.empty` array to 4 workers adds to all the processes together
-(private memory plus the machine's shared memory and page tables,
-sampled while the workers read it). While it runs, it names on stderr each
-pool and size as it measures them; --json also writes the rows, with every
-sample, to a file.
+speed-up over each. Then the same sizes for a task that returns a new
+array, ``-a``, beside the same call made in this process. Then the memory
+that passing one 1 GB `mizu.empty` array to 4 workers adds to all the
+processes together (private memory plus the machine's shared memory and
+page tables, sampled while the workers read it). While it runs, it names on
+stderr each pool and size as it measures them; --json also writes the rows,
+with every sample, to a file.
 
-Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]]
+--soak N instead runs N tasks that each return ``-a`` of a 1 MB
+`mizu.empty` array on two workers, and prints every process's memory
+(resident, and its anonymous part) at ten points along the way.
+
+Usage: python benchmarks/mizu-arrays-bench.py [--repeats N] [--quick] [--json PATH [--note TEXT]] [--soak N]
 """
 
 import concurrent.futures as cf
@@ -31,6 +36,10 @@ import record
 
 def echo(a):
     return a
+
+
+def negate(a):
+    return -a
 
 
 def quarter_sum(a, part):
@@ -86,23 +95,70 @@ def size_label(size):
     return f"{size >> 30} GB" if size >= 1 << 30 else f"{size >> 20} MB"
 
 
-def round_trips(sizes, repeats):
+def round_trips(sizes, repeats, fn, here=False):
+    """{(pool name, size): seconds of each call of fn on a float64 array of size bytes}.
+
+    here: also time fn called in this process on the first pool's argument,
+    alternating with that pool's calls (the machine's memory bandwidth
+    drifts), as ("in this process", size).
+    """
     samples = {}
-    for name, make, allocate in kinds():
+    for index, (name, make, allocate) in enumerate(kinds()):
         with make() as pool:
-            pool.round_trip(echo, allocate(1000))
+            pool.round_trip(fn, allocate(1000))
             for size in sizes:
-                record.progress(f"{name}: {size_label(size)}")
+                record.progress(f"{name}, {fn.__name__}: {size_label(size)}")
                 a = allocate(size // 8)
                 a[:] = 1.0
-                for _ in range(repeats if size < 1 << 30 else max(1, repeats // 2)):
+                for _ in range(repeats if size < 1 << 30 else max(3, repeats // 2)):
+                    if here and index == 0:
+                        start = time.perf_counter()
+                        back = fn(a)
+                        samples.setdefault(("in this process", size), []).append(time.perf_counter() - start)
+                        del back
                     start = time.perf_counter()
-                    back = pool.round_trip(echo, a)
+                    back = pool.round_trip(fn, a)
                     samples.setdefault((name, size), []).append(time.perf_counter() - start)
                     assert back.shape == a.shape
                     del back
                 del a
     return samples
+
+
+def memory_of(pids):
+    """(resident, anonymous) bytes of each process."""
+    out = []
+    for pid in pids:
+        fields = {}
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "RssAnon"):
+                    fields[name] = int(value.split()[0]) * 1024
+        out.append((fields["VmRSS"], fields["RssAnon"]))
+    return out
+
+
+def soak(tasks):
+    """Run tasks calls of negate on a 1 MB mizu.empty array on 2 workers; print memory at ten points."""
+    a = mizu.empty((1 << 20) // 8)
+    a[:] = 1.0
+    with mizu.ProcessPoolExecutor(2) as ex:
+        list(ex.map(negate, [a] * 100))
+        pids = [os.getpid(), *ex._processes]
+        print(f"soak: {tasks} tasks returning -a of a 1 MB mizu.empty array, 2 workers, "
+              f"{time.strftime('%Y-%m-%d')}; resident / anonymous MB of the client and each worker")
+        step = max(1, tasks // 10)
+        done = 0
+        start = time.perf_counter()
+        while done < tasks:
+            n = min(step, tasks - done)
+            for back in ex.map(negate, [a] * n, chunksize=64):
+                assert back[0] == -1.0
+            done += n
+            usage = "  ".join(f"{rss / 2**20:7.1f} / {anon / 2**20:6.1f}" for rss, anon in memory_of(pids))
+            print(f"{done:>9} tasks {time.perf_counter() - start:8.1f} s   {usage}", flush=True)
+    return 0
 
 
 def private_bytes(pids):
@@ -175,11 +231,15 @@ def memory_for_four_workers(nbytes):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = record.parser(__doc__.splitlines()[0], 5, "runs of each row (default 5; 1 GB rows half)",
+    parser = record.parser(__doc__.splitlines()[0], 5, "runs of each row (default 5; 1 GB rows half, at least 3)",
                            "1 MB and 10 MB only, for a smoke test")
+    parser.add_argument("--soak", type=int, default=0, metavar="N", help="run the soak of N tasks instead")
     args = parser.parse_args(argv)
+    if args.soak:
+        return soak(args.soak)
     sizes = [1 << 20, 10 << 20] if args.quick else [1 << 20, 100 << 20, 1 << 30]
-    samples = round_trips(sizes, args.repeats)
+    samples = round_trips(sizes, args.repeats, echo)
+    made = round_trips(sizes, args.repeats, negate, here=True)
     nbytes = sizes[-1]
     record.progress(f"memory: one {nbytes >> 20} MB mizu.empty array read by 4 workers")
     added = memory_for_four_workers(nbytes)
@@ -195,6 +255,14 @@ def main(argv=None):
         plain = statistics.median(samples[("mizu, plain array", size)])
         stdlib = statistics.median(samples[("ProcessPool", size)])
         print(f"mizu with a plain array vs ProcessPool at {size >> 20} MB: {stdlib / plain:.1f}x")
+    print(f"a task returning a new array, -a, {time.strftime('%Y-%m-%d')}: medians of {args.repeats} runs (ms); "
+          f"each against 'mizu, mizu.empty'")
+    local = ["in this process", *names]
+    print(f"{'size':<8}" + "".join(f"{n:>20}" for n in local) + "".join(f"{'x vs ' + n:>24}" for n in local if n != names[0]))
+    for size in sizes:
+        med = {n: statistics.median(made[(n, size)]) for n in local}
+        print(f"{size_label(size):<8}" + "".join(f"{med[n] * 1e3:>20.2f}" for n in local)
+              + "".join(f"{med[n] / med[names[0]]:>23.2f}x" for n in local if n != names[0]))
     print(f"passing one {nbytes >> 20} MB mizu.empty array to 4 workers added {added / 2**20:.1f} MB "
           f"to the processes' total at its peak")
     if args.json:
@@ -202,6 +270,11 @@ def main(argv=None):
             {"size": size_label(size), "bytes": size,
              "median": {n: statistics.median(samples[(n, size)]) * 1e3 for n in names},
              "samples": {n: [t * 1e3 for t in samples[(n, size)]] for n in names}}
+            for size in sizes
+        ], new_array_rows=[
+            {"size": size_label(size), "bytes": size,
+             "median": {n: statistics.median(made[(n, size)]) * 1e3 for n in local},
+             "samples": {n: [t * 1e3 for t in made[(n, size)]] for n in local}}
             for size in sizes
         ], shared_array_bytes=nbytes, memory_added_by_four_workers_bytes=added)
     return 0

@@ -4,10 +4,12 @@ from typing import Any, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "born_block", "is_born",
+           "install_array_handler", "REF_SIZE", "DEFAULT_SEGMENT_SIZE", "ARRAY_THRESHOLD"]
 
 REF_SIZE: int
 DEFAULT_SEGMENT_SIZE: int
+ARRAY_THRESHOLD: int
 
 @final
 class Block:
@@ -31,6 +33,9 @@ def open_block(ref: bytes | bytearray | memoryview, fd: int | None = None) -> Bl
 def default_arena() -> Arena: ...
 def arena_block(obj: object) -> tuple[Block, int, int] | None: ...
 def _walk_to_block(owner: object, ndarray: type | None) -> Block | None: ...
+def install_array_handler() -> None: ...
+def born_block(obj: memoryview) -> tuple[Block, int, int, int] | None: ...
+def is_born(address: int) -> bool: ...
 
 @disjoint_base
 class Arena:

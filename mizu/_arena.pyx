@@ -21,7 +21,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.memory cimport shared_ptr
 
-from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
+from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, ArrayBlock, ArrayData, BlockRef
 from mizu.includes.arena cimport Arena as CArena
 from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
 from mizu.includes.segment cimport Segment as CSegment
@@ -35,7 +35,8 @@ import threading
 import weakref
 from multiprocessing import reduction
 
-__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "born_block", "is_born",
+           "install_array_handler", "REF_SIZE", "DEFAULT_SEGMENT_SIZE", "ARRAY_THRESHOLD"]
 
 REF_SIZE = sizeof(BlockRef)
 DEFAULT_SEGMENT_SIZE = 32 << 20
@@ -372,12 +373,26 @@ cdef class Arena:
         if m is None:
             # A new segment: the arena may have retired others to make room.
             self._forget_retired(arena.get())
-            m = _mappings.get((self.arena_id, a.segment_id))
-            if m is None:
-                m = _mapped(self.arena_id, a.segment_id, arena.get().segment(a.segment_id))
+            m = self._mapping(arena.get(), a.segment_id)
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
         return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+
+    cdef _Mapping _mapping(self, CArena* arena, uint32_t segment_id):
+        """This process's mapping of a live segment of the arena."""
+        cdef _Mapping m = _mappings.get((self.arena_id, segment_id))
+        if m is None:
+            m = _mapped(self.arena_id, segment_id, arena.segment(segment_id))
+        return m
+
+    cdef Block _another_reference(self, ArrayBlock where):
+        """A new Block holding one more reference to a live block of the arena's."""
+        cdef CArena* arena = self._live()
+        cdef _Mapping m = self.segments.get(where.segment_id)
+        if m is None:
+            m = self._mapping(arena, where.segment_id)
+        retain_block(m.seg.get().base(), where.offset)
+        return Block.adopt(m, self.arena_id, where.segment_id, where.offset, where.length, where.generation)
 
     cdef _forget_retired(self, CArena* arena):
         cdef uint32_t segment_id
@@ -599,3 +614,99 @@ def arena_block(obj):
     if offset < 0 or offset + nbytes > (<Block>block).nbytes:
         return None
     return block, offset, nbytes
+
+
+# Array data born in the arena (csrc/array_data.hpp): in a worker, numpy
+# takes every array's data of ARRAY_THRESHOLD bytes or more from the default
+# arena, so that a large result it returns crosses to the client by
+# reference. Smaller arrays keep numpy's allocator, which is faster for them
+# and whose data the pickle carries in band anyway below mizu._messages'
+# INLINE.
+ARRAY_THRESHOLD = 1 << 16
+
+cdef extern from "array_handler.hpp":
+    int _set_array_handler "mizu::install_array_handler"(ArrayData* owner) except -1
+
+cdef ArrayData* _array_data = NULL
+cdef Arena _array_arena = None
+cdef int _array_pid = 0
+
+
+def install_array_handler():
+    """install_array_handler()
+
+    Make numpy take the data of arrays of `ARRAY_THRESHOLD` bytes or more
+    from the `default_arena` of this process, in this thread's context and
+    those copied from it; a no-op after the first call in a process. The
+    worker calls it once numpy is imported. Arrays made before keep their
+    allocator; a forked child's new arrays go to numpy's own allocator until
+    it calls this itself.
+
+    Raises
+    ------
+    RuntimeError
+        numpy is not imported.
+    """
+    global _array_data, _array_arena, _array_pid
+    if _array_data != NULL and _array_pid == current_pid():
+        return
+    if sys.modules.get("numpy") is None:
+        raise RuntimeError("install_array_handler needs numpy imported first")
+    arena = default_arena()
+    cdef ArrayData* data = new ArrayData((<Arena>arena).arena, ARRAY_THRESHOLD, _array_data)
+    try:
+        _set_array_handler(data)
+    except BaseException:
+        del data
+        raise
+    _array_data, _array_arena, _array_pid = data, arena, current_pid()
+
+
+def born_block(obj):
+    """born_block(obj)
+
+    Where the memory of a buffer lies, if numpy took it from the arena under
+    `install_array_handler`.
+
+    Parameters
+    ----------
+    obj : memoryview
+        A view of a numpy array's memory, such as ``PickleBuffer.raw()``.
+
+    Returns
+    -------
+    tuple of (Block, int, int, int) or None
+        A new `Block` holding a reference of its own to the array data's
+        block, the offset and length of `obj`'s bytes in it, and the address
+        of the array data, for `is_born`. None if `obj`'s memory was not
+        born in the arena of this process.
+    """
+    if _array_data == NULL or _array_data.live() == 0:
+        return None
+    ndarray = _ndarray_type()
+    view = memoryview(obj)
+    owner = view.obj
+    while isinstance(owner, ndarray) and owner.base is not None:
+        owner = owner.base
+    if not isinstance(owner, ndarray):
+        return None
+    address = owner.__array_interface__["data"][0]
+    cdef ArrayBlock where
+    if not _array_data.find(<void*><size_t>address, &where) or _array_arena.closed:
+        return None
+    block = _array_arena._another_reference(where)
+    low, nbytes = _span(_address(view), view.shape, view.strides, view.itemsize, view.nbytes == 0)
+    offset = low - (<Block>block).address
+    if offset < 0 or offset + nbytes > (<Block>block).nbytes:
+        return None
+    return block, offset, nbytes, address
+
+
+def is_born(address):
+    """is_born(address)
+
+    Whether the array data at `address` (from `born_block`) is still live in
+    this process: some array here still holds it.
+    """
+    cdef ArrayBlock where
+    return _array_data != NULL and _array_data.find(<void*><size_t>address, &where)

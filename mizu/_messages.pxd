@@ -41,7 +41,8 @@ cdef class Codec:
     cdef public bint by_value   # pickle what pickle would name by value (mizu._pickler), for the Python worker
 
     cdef bint registrable(self, fn) except -1
-    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel)
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
+                      list box=*)
     cdef int complete(self, object future, Cell cell, int status, object value) except -1
 
 

@@ -37,7 +37,7 @@ from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader
 import os
 import types
 
-from mizu._arena import arena_block, default_arena, open_block
+from mizu._arena import arena_block, born_block, default_arena, is_born, open_block
 from mizu._pickler import dumps as _pickle, loads as _unpickle
 from mizu._wire import encode_for_peer
 
@@ -138,18 +138,56 @@ def _in_band(buffer):
     return raw.nbytes < INLINE and arena_block(raw) is None
 
 
-def _place(raw):
-    """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
-    found = arena_block(raw)
+cdef object _shareable(object found):
+    """found (arena_block's answer), or None if it is a block inherited through fork, which this process may not share."""
     if found is not None:
         try:
             memoryview(found[0])
-            return found
-        except BufferError:   # a block inherited through fork: this process holds no reference to share
-            pass
+        except BufferError:
+            return None
+    return found
+
+
+cdef tuple _copy(object raw):
+    """(block, 0, nbytes) of a new block of the default arena holding a copy of raw's bytes."""
     block = default_arena().alloc(raw.nbytes)
     memoryview(block)[:raw.nbytes] = raw
     return block, 0, raw.nbytes
+
+
+def _place(raw):
+    """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
+    found = _shareable(arena_block(raw))
+    return found if found is not None else _copy(raw)
+
+
+cdef list _place_handed(list buffers):
+    """_place for each buffer of a value whose sender has let go of it; empties buffers.
+
+    Array data that numpy took from the arena (mizu._arena.born_block) is
+    sent by reference if, once these buffers are dropped too, no array of
+    this process holds it any more: then nothing here can write to it after
+    the receiver has it, as with a copy. Data still held here is copied.
+    """
+    placed, born = [], []
+    for buffer in buffers:
+        raw = buffer.raw()
+        found = _shareable(arena_block(raw))
+        if found is None:
+            found = born_block(raw)
+            if found is not None:
+                born.append((len(placed), found[3]))
+                found = found[:3]
+            else:
+                found = _copy(raw)
+        placed.append(found)
+    buffer = raw = found = None
+    buffers.clear()
+    for index, address in born:
+        if is_born(address):
+            block, offset, nbytes = placed[index]
+            placed[index] = _copy(memoryview(block)[offset:offset + nbytes])
+    return placed
 
 
 cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list placed, int sender, object channel):
@@ -195,22 +233,36 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
     return bytes(out)
 
 
-cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, object channel, bint by_value):
+cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, object channel, bint by_value,
+                   list box=None):
     """Header and the pickle of value, its large buffers out of band when channel can take their descriptors.
 
     by_value: functions and classes that pickle would name, it pickles by value (mizu._pickler).
+    box: a list holding the sender's last reference to the value, in place of value (a worker's result):
+    taken out and dropped once pickled, so that the value's arrays born in the arena can go by reference.
     """
+    if box is not None:
+        value = box.pop()
     head = PyBytes_FromStringAndSize(<const char*>header, n)
     if channel is None:
         return head + _pickle(value, None, by_value)
     buffers = []
     data = _pickle(value, lambda b: _in_band(b) or buffers.append(b), by_value)
-    if buffers:
-        message = _out_of_band(header, n, data, [_place(buffer.raw()) for buffer in buffers], sender, channel)
-        if message is not None:
-            return message
-        data = _pickle(value, None, by_value)
-    return head + data
+    if not buffers:
+        return head + data
+    if box is None:
+        placed = [_place(buffer.raw()) for buffer in buffers]
+    else:
+        value = None
+        placed = _place_handed(buffers)
+    buffers = None
+    message = _out_of_band(header, n, data, placed, sender, channel)
+    if message is not None:
+        return message
+    if value is None:
+        value = _unpickle(data, buffers=[memoryview(block)[offset:offset + nbytes] for block, offset, nbytes in placed])
+    placed = None
+    return head + _pickle(value, None, by_value)
 
 
 cdef class Codec:
@@ -227,15 +279,17 @@ cdef class Codec:
         kind = type(fn)
         return kind is _FunctionType or (kind is _BuiltinFunctionType and isinstance(fn.__self__, _ModuleType))
 
-    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel):
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
+                      list box=None):
         """Header and the body of value: written in w (returning None) if value is plain, else the message.
 
+        box: a list holding the sender's last reference to the value, in place of value (see _pickled).
         Raises what pickling value raises.
         """
-        if not encode_plain_into(w, header, n, value):
+        if not encode_plain_into(w, header, n, value if box is None else box[0]):
             return None
         w.clear()
-        return _pickled(header, n, value, sender, channel, self.by_value)
+        return _pickled(header, n, value, sender, channel, self.by_value, box)
 
     cdef int complete(self, object future, Cell cell, int status, object value) except -1:
         """Settle future with what a worker answered: a value, or the exception it raised."""
@@ -253,7 +307,8 @@ cdef class PeerCodec(Codec):
     cdef bint registrable(self, fn) except -1:
         return True
 
-    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel):
+    cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
+                      list box=None):
         """Raises TypeError for a part with no wire form, OSError if the arrays' descriptors cannot be sent."""
         data, placed = encode_for_peer(value, self.language)
         if placed:

@@ -18,7 +18,7 @@ import traceback
 
 from concurrent.futures.process import _ExceptionWithTraceback
 
-from mizu import _core
+from mizu import _arena, _core
 
 __all__ = ["main"]
 
@@ -42,11 +42,14 @@ cdef _send(_Ring ring, const char* data, Py_ssize_t n, bytes message, int index)
 
 
 cdef int _answer(_Ring results, object channel, int index, unsigned long long task_id, int status, object value,
-                 double seconds) except -1:
-    """Send a result, or a notice (task_id 0) of this worker."""
+                 double seconds, list box=None) except -1:
+    """Send a result, or a notice (task_id 0) of this worker.
+
+    box: a list holding the worker's last reference to a task's value, in place of value (Codec.encode).
+    """
     cdef Writer w
     cdef ResultHeader head = result_header(index, task_id, <Status>status, seconds)
-    data = _codec.encode(w, &head, sizeof(ResultHeader), value, index, channel)
+    data = _codec.encode(w, &head, sizeof(ResultHeader), value, index, channel, box)
     if data is None:
         _send(results, w.data(), w.size(), None, index)
     else:
@@ -110,6 +113,8 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     cdef unsigned long long task_id
     cdef double seconds
     cdef Reassembler partial = Reassembler()
+    cdef dict modules = sys.modules
+    cdef bint born = False
     _codec.by_value = by_value
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
@@ -161,6 +166,11 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
             # breaks, as the stdlib's does.
             _last_words(results, channel, index, DECODING, exc)
             raise
+        if not born and "numpy" in modules:
+            # From now on large arrays that tasks make lie in the arena, and
+            # a result's cross to the client without a copy.
+            _arena.install_array_handler()
+            born = True
         start = now_ns()
         try:
             if flags & BATCH:
@@ -177,15 +187,17 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         # Drop the task's arguments now, not when the next task arrives:
         # their finalizers may be what the client waits on.
         del call, message, fn
+        box = [value]
+        del value
         try:
-            _answer(results, channel, index, task_id, status, value, seconds)
+            _answer(results, channel, index, task_id, status, None, seconds, box)
         except BrokenPipeError:
             return
         except BaseException as exc:
             # As the stdlib does: a result that cannot be pickled is replaced
             # by the error that pickling it raised.
             _answer(results, channel, index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0)
-        del value
+        del box
         done += 1
         if max_tasks is not None and done >= max_tasks:
             _answer(results, channel, index, 0, RETIRING, None, 0.0)

@@ -868,3 +868,93 @@ def client_leaving_an_r_pool(gate):
     slow = ex.submit(R_WAIT_FOR_FILE, gate)
     _report(workers=_r_workers(ex), values=[f.result() for f in futures])
     slow.add_done_callback(lambda f: print("slow done", flush=True))
+
+
+def new_array(kind, n):
+    """A new array of about n float64s that a task makes, of one of the kinds numpy users return."""
+    import numpy as np
+
+    base = np.arange(n, dtype=np.float64)
+    made = {
+        "negated": lambda: -base,
+        "empty filled": lambda: np.full(n, 2.5),
+        "zeros": lambda: np.zeros((n // 100, 100)),
+        "ufunc": lambda: np.sqrt(base),
+        "slice of a new one": lambda: (base * 2)[10:-10],
+        "Fortran": lambda: np.asfortranarray((base + 1).reshape(100, -1)),
+        "int32": lambda: base.astype(np.int32),
+        "in a dict": lambda: {"a": base + 1, "b": [base - 1, "x"], "c": (base * 3)[::2]},
+    }[kind]()
+    del base
+    return made
+
+
+_kept = {}
+
+
+def make_and_keep(n, value):
+    """A new array that this process also keeps, and returns."""
+    import numpy as np
+
+    _kept["array"] = np.full(n, value)
+    return _kept["array"]
+
+
+def make_and_keep_a_view(n, value):
+    """A new array returned while this process keeps a view of it."""
+    import numpy as np
+
+    made = np.full(n, value)
+    _kept["view"] = made[5:]
+    return made
+
+
+def kept_first(name, value=None):
+    """The first item of the kept array or view, after writing value to all of it if given."""
+    if value is not None:
+        _kept[name][:] = value
+    return float(_kept[name][0])
+
+
+def arena_blocks():
+    """The live blocks of this process's default arena."""
+    from mizu._arena import default_arena
+
+    return default_arena().stats()["blocks"]
+
+
+def handler_of_new_array(n):
+    """The name of numpy's data handler of an array of n bytes made here."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import get_handler_name
+    except ImportError:   # numpy 1
+        from numpy.core.multiarray import get_handler_name
+    return get_handler_name(np.empty(n, dtype=np.uint8))
+
+
+def sum_of_new(n):
+    """The sum of a new array of n ones."""
+    import numpy as np
+
+    return float(np.ones(n).sum())
+
+
+def fork_and_churn(n):
+    """The exit status of a forked child that resizes, frees and makes arrays like those inherited (n float64s)."""
+    import numpy as np
+
+    inherited = [np.full(n, 1.0), np.full(n, 2.0)]
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            inherited[0].resize(2 * n, refcheck=False)
+            inherited.pop()
+            made = np.full(n, 3.0)
+            status = 0 if inherited[0][:n].sum() == n and made.sum() == 3 * n else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), float(inherited[1].sum())

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arena.hpp"
+#include "array_data.hpp"
 #include "harness.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
@@ -913,6 +914,62 @@ void wire_survives_garbage(uint64_t rounds) {
     CHECK(accepted > 0);
 }
 
+// The allocator behind numpy's data handler: threads allocate, write, check
+// and free through one ArrayData (numpy calls it from any thread); pointers
+// below the threshold or past the arena's limit are refused, to go to
+// malloc; a reference taken elsewhere keeps a freed pointer's block alive.
+void array_data(int threads_n, int rounds) {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 20;
+    opt.limit = 64 << 20;
+    auto arena = std::make_shared<Arena>(opt);
+    ArrayData data(arena, 4096);
+    CHECK(data.allocate(4095) == nullptr);
+    CHECK(data.allocate(std::size_t(65) << 20) == nullptr);
+    std::atomic<uint64_t> corrupt{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < threads_n; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937_64 rng(t + 100);
+            std::vector<std::pair<unsigned char*, std::size_t>> mine;
+            for (int i = 0; i < rounds; ++i) {
+                std::size_t n = 4096 + rng() % (rng() % 50 == 0 ? (3 << 20) : 60000);
+                auto* p = static_cast<unsigned char*>(data.allocate(n));
+                if (p == nullptr) continue;  // the limit: the handler would use malloc
+                ArrayBlock where;
+                if (!data.find(p, &where) || where.length != n) corrupt.fetch_add(1);
+                std::memset(p, t + 1, n);
+                mine.emplace_back(p, n);
+                if (mine.size() > 6 || rng() % 2 == 0) {
+                    std::size_t k = rng() % mine.size();
+                    auto [q, m] = mine[k];
+                    for (std::size_t j = 0; j < m; j += 509)
+                        if (q[j] != t + 1) corrupt.fetch_add(1);
+                    if (!data.free(q)) corrupt.fetch_add(1);
+                    mine[k] = mine.back();
+                    mine.pop_back();
+                }
+            }
+            for (auto [q, m] : mine) CHECK(data.free(q));
+        });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(corrupt.load() == 0);
+    CHECK(data.live() == 0);
+    int other = 0;
+    CHECK(!data.free(&other));
+    // A reference the pointer's receiver holds outlives the free.
+    auto* p = static_cast<char*>(data.allocate(100000));
+    ArrayBlock where;
+    CHECK(p != nullptr && data.find(p, &where));
+    char* base = arena->segment(where.segment_id)->base();
+    retain_block(base, where.offset);
+    CHECK(data.free(p) && !data.find(p, &where) && !data.free(p));
+    CHECK(arena->stats().blocks == 1);
+    release_block(base, where.offset);
+    CHECK(arena->stats().blocks == 0);
+}
+
 int main() {
     wire_round_trips();
     wire_rejects_malformed();
@@ -926,6 +983,7 @@ int main() {
     arena_attach();
     arena_bad_references();
     arena_remote_free(2, 20000);
+    array_data(3, 20000);
     for (WaitBackend backend : {WaitBackend::native, WaitBackend::portable}) {
         stream<SpscRing>(RingKind::spsc, 1, 1, 200000, backend);
         stream<MpmcRing>(RingKind::mpmc, 3, 3, 50000, backend);

@@ -1,0 +1,77 @@
+#include "array_data.hpp"
+
+#include <exception>
+#include <utility>
+
+namespace mizu {
+
+ArrayData::ArrayData(std::shared_ptr<Arena> arena, std::size_t threshold, ArrayData* inherited)
+    : arena_(std::move(arena)), inherited_(inherited), threshold_(threshold ? threshold : 1), pid_(current_pid()) {}
+
+ArrayData::~ArrayData() {
+    if (current_pid() != pid_) return;
+    for (auto& [ptr, entry] : live_) release_block(entry.segment->base(), entry.where.offset);
+}
+
+void* ArrayData::allocate(std::size_t bytes) noexcept {
+    if (bytes < threshold_ || current_pid() != pid_) return nullptr;
+    Allocation a;
+    try {
+        a = arena_->alloc(bytes);
+    } catch (const std::exception&) {
+        return nullptr;  // the arena is full: numpy's own allocator takes the request
+    }
+    std::shared_ptr<Segment> segment = arena_->segment(a.segment_id);
+    char* data = segment->base() + a.offset;
+    try {
+        std::lock_guard<std::mutex> lock(mu_);
+        live_.emplace(data, Entry{{a.segment_id, a.offset, bytes, a.generation}, segment});
+    } catch (const std::exception&) {
+        release_block(segment->base(), a.offset);
+        return nullptr;
+    }
+    return data;
+}
+
+bool ArrayData::free(void* ptr) noexcept {
+    std::shared_ptr<Segment> segment;
+    uint64_t offset;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(ptr);
+        if (it == live_.end()) return inherited_ != nullptr && inherited_->free(ptr);
+        segment = std::move(it->second.segment);
+        offset = it->second.where.offset;
+        live_.erase(it);
+    }
+    if (current_pid() == pid_) release_block(segment->base(), offset);
+    return true;
+}
+
+bool ArrayData::find(const void* ptr, ArrayBlock* where) noexcept {
+    if (current_pid() != pid_) return false;  // the parent's block, no reference here
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    *where = it->second.where;
+    return true;
+}
+
+bool ArrayData::holds(const void* ptr, std::size_t* length) noexcept {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(ptr);
+        if (it != live_.end()) {
+            *length = it->second.where.length;
+            return true;
+        }
+    }
+    return inherited_ != nullptr && inherited_->holds(ptr, length);
+}
+
+std::size_t ArrayData::live() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+}
+
+}  // namespace mizu

@@ -1,0 +1,91 @@
+// numpy's data-memory handler (NEP 49) over an ArrayData: array data of at
+// least its threshold comes from the arena, everything else from the
+// handler that was current before, which also takes what the arena cannot.
+//
+// Only mizu._arena includes this, and calls install_array_handler only once
+// numpy is imported: the module itself must not import numpy.
+#pragma once
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <Python.h>
+#include <numpy/arrayobject.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "array_data.hpp"
+
+namespace mizu {
+
+namespace array_handler {
+
+// Set once, by install_array_handler with the GIL held, before numpy can
+// call the functions below; never changed or freed after, since arrays made
+// under the handler may outlive every Python object.
+inline ArrayData* data = nullptr;
+inline PyDataMemAllocator below{};   // the handler that was current before
+inline PyObject* below_capsule = nullptr;
+
+inline void* allocate(void*, std::size_t size) {
+    if (void* p = data->allocate(size)) return p;
+    return below.malloc(below.ctx, size);
+}
+
+inline void* allocate_zeroed(void*, std::size_t count, std::size_t item) {
+    std::size_t size;
+    if (!__builtin_mul_overflow(count, item, &size))
+        if (void* p = data->allocate(size)) return std::memset(p, 0, size);
+    return below.calloc(below.ctx, count, item);
+}
+
+inline void* reallocate(void*, void* ptr, std::size_t size) {
+    std::size_t length;
+    if (ptr == nullptr || !data->holds(ptr, &length)) return below.realloc(below.ctx, ptr, size);
+    void* moved = data->allocate(size);
+    if (moved == nullptr) moved = below.malloc(below.ctx, size ? size : 1);
+    if (moved == nullptr) return nullptr;
+    std::memcpy(moved, ptr, std::min(length, size));
+    data->free(ptr);
+    return moved;
+}
+
+inline void release(void*, void* ptr, std::size_t size) {
+    if (ptr != nullptr && data->free(ptr)) return;
+    below.free(below.ctx, ptr, size);
+}
+
+inline PyDataMem_Handler handler = {
+    "mizu_arena", 1, {nullptr, allocate, allocate_zeroed, reallocate, release}};
+
+}  // namespace array_handler
+
+// Makes `owner` the allocator of large array data in this thread's context
+// (numpy keeps its handler in a context variable) and of every context
+// copied from it later. Returns 0, or -1 with a Python error set. Once per
+// process: a forked child's owner inherits its parent's (ArrayData), which
+// the handler's functions then reach through it.
+inline int install_array_handler(ArrayData* owner) {
+    namespace h = array_handler;
+    if (PyArray_API == nullptr && _import_array() < 0) return -1;
+    if (h::data == nullptr) {
+        PyObject* current = PyDataMem_GetHandler();
+        if (current == nullptr) return -1;
+        auto* was = static_cast<PyDataMem_Handler*>(PyCapsule_GetPointer(current, "mem_handler"));
+        if (was == nullptr) {
+            Py_DECREF(current);
+            return -1;
+        }
+        h::below = was->allocator;
+        h::below_capsule = current;  // kept: arrays made under it need it to the end
+    }
+    PyObject* mine = PyCapsule_New(&h::handler, "mem_handler", nullptr);
+    if (mine == nullptr) return -1;
+    h::data = owner;
+    PyObject* old = PyDataMem_SetHandler(mine);
+    Py_DECREF(mine);
+    if (old == nullptr) return -1;
+    Py_DECREF(old);
+    return 0;
+}
+
+}  // namespace mizu
