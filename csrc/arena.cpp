@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <fcntl.h>
 #include <new>
 #include <pthread.h>
@@ -30,6 +31,12 @@ std::string hex(uint64_t v) {
     char buf[19];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
     return buf;
+}
+
+uint64_t steady_ns() noexcept {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
 }
 
 BlockHeader& header_of(char* base, uint64_t block) noexcept { return *reinterpret_cast<BlockHeader*>(base + block); }
@@ -195,6 +202,9 @@ public:
     // When the heap last became a spare, by the arena's count.
     uint64_t spare_since() const noexcept { return spare_since_; }
     void mark_spare(uint64_t when) noexcept { spare_since_ = when; }
+    // When the heap's last block was last freed, in steady-clock nanoseconds.
+    uint64_t empty_since_ns() const noexcept { return empty_since_ns_; }
+    void mark_empty(uint64_t ns) noexcept { empty_since_ns_ = ns; }
     const std::shared_ptr<Segment>& segment() const noexcept { return seg_; }
     std::size_t in_use() const noexcept { return in_use_; }
     std::size_t blocks() const noexcept { return blocks_; }
@@ -351,6 +361,7 @@ private:
     uint32_t id_;
     bool dedicated_;
     uint64_t spare_since_ = 0;
+    uint64_t empty_since_ns_ = 0;
     uint32_t generation_ = 0;  // of the last allocation
     uint64_t bins_[kBins] = {};
     uint64_t nonempty_ = 0;  // bit b set when bins_[b] is non-empty
@@ -485,8 +496,13 @@ void Arena::throw_full(std::size_t bytes) const {
 std::size_t Arena::drain_locked() {
     std::size_t n = 0;
     bool new_spare = false;
+    uint64_t now = 0;
     for (auto& heap : heaps_) {
         std::size_t freed = heap->drain();
+        if (freed && heap->blocks() == 0) {
+            if (!now) now = steady_ns();
+            heap->mark_empty(now);
+        }
         if (freed && heap->spare()) {
             heap->mark_spare(++spare_clock_);
             new_spare = true;
@@ -503,6 +519,24 @@ std::size_t Arena::drain_locked() {
         if (spare_bytes <= spare_cap_) return n;
         release_oldest_spare();
     }
+}
+
+std::size_t Arena::release_idle(uint64_t idle_ns) {
+    check_owner();
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_locked();
+    uint64_t now = steady_ns();
+    const Heap* kept = nullptr;  // the first ordinary segment stays, for the next small request
+    for (auto& heap : heaps_)
+        if (!heap->dedicated()) {
+            kept = heap.get();
+            break;
+        }
+    std::size_t before = capacity_;
+    retire_if([&](const Heap& heap) {
+        return &heap != kept && heap.blocks() == 0 && now - heap.empty_since_ns() >= idle_ns;
+    });
+    return before - capacity_;
 }
 
 std::size_t Arena::drain() {

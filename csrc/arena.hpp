@@ -185,6 +185,12 @@ public:
     // Frees every block whose last reference was dropped; returns how many.
     std::size_t drain();
 
+    // Gives back to the system every segment that has held no block for
+    // `idle_ns` nanoseconds or more (spares, and ordinary segments but the
+    // first); returns the bytes of segments unmapped. Other processes'
+    // mappings of them keep the memory until they let go.
+    std::size_t release_idle(uint64_t idle_ns);
+
     ArenaStats stats();
 
     // The segment with this id, or null if the arena has dropped it.

@@ -1,6 +1,8 @@
 #include "array_data.hpp"
 
 #include <exception>
+#include <sys/mman.h>
+#include <unordered_set>
 #include <utility>
 
 namespace mizu {
@@ -67,6 +69,32 @@ bool ArrayData::holds(const void* ptr, std::size_t* length) noexcept {
         }
     }
     return inherited_ != nullptr && inherited_->holds(ptr, length);
+}
+
+void ArrayData::prepare_fork() noexcept {
+    // The same order as free's, this one's lock and then the inherited one's.
+    mu_.lock();
+    if (inherited_) inherited_->prepare_fork();
+}
+
+void ArrayData::after_fork_parent() noexcept {
+    if (inherited_) inherited_->after_fork_parent();
+    mu_.unlock();
+}
+
+void ArrayData::after_fork_child() noexcept {
+    // Only this one's segments are shared in the parent: the inherited
+    // ones' were made private when the parent itself was forked.
+    std::unordered_set<const Segment*> done;
+    for (auto& [ptr, entry] : live_) {
+        const Segment* seg = entry.segment.get();
+        if (!done.insert(seg).second) continue;
+        // Same address, same file: every pointer stays valid. On failure
+        // the segment stays shared, as before this step.
+        mmap(seg->base(), seg->size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, seg->fd(), 0);
+    }
+    if (inherited_) inherited_->after_fork_parent();
+    mu_.unlock();
 }
 
 std::size_t ArrayData::live() noexcept {

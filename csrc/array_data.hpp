@@ -16,6 +16,15 @@
 // parent's reference count. A child that wants arrays in an arena of its
 // own makes an ArrayData over it that inherits the parent's, which then
 // still takes back the parent's pointers.
+//
+// fork gives a child copies of its parent's arrays, not views: around a
+// fork (prepare_fork, then after_fork_parent or after_fork_child) the
+// child maps each segment holding live pointers privately, copy-on-write
+// over the segment's memory as it is at the fork. Unlike an anonymous
+// page, a page that neither writes stays a view of the file until one does;
+// what the parent writes to it later may show in the child. The arena
+// should hold array data only: any other block in those segments becomes
+// the child's own too.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +73,12 @@ public:
     // True, with *where filled in, while `ptr` (as allocate returned it) is
     // live here; false in a forked child.
     bool find(const void* ptr, ArrayBlock* where) noexcept;
+
+    // pthread_atfork's three steps: the locks are held across the fork so
+    // that no thread's half-done change reaches the child.
+    void prepare_fork() noexcept;
+    void after_fork_parent() noexcept;
+    void after_fork_child() noexcept;
 
     std::size_t threshold() const noexcept { return threshold_; }
     std::size_t live() noexcept;

@@ -32,10 +32,11 @@ import os
 import re
 import sys
 import threading
+import time
 import weakref
 from multiprocessing import reduction
 
-__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "born_block", "is_born",
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "array_arena", "born_block", "is_born",
            "install_array_handler", "REF_SIZE", "DEFAULT_SEGMENT_SIZE", "ARRAY_THRESHOLD"]
 
 REF_SIZE = sizeof(BlockRef)
@@ -74,6 +75,42 @@ _mappings = weakref.WeakValueDictionary()
 _recent = collections.OrderedDict()
 _RECENT = 8
 _RECENT_BYTES = 2 * DEFAULT_SEGMENT_SIZE
+
+
+# Large segments' mappings are kept too, once keep_large_mappings is
+# called (a worker does, and drops those unused for a second), up to 2 GiB
+# of them (the newest always): a task given the same large array again and
+# again then maps and faults it in once.
+_recent_large = collections.OrderedDict()
+_RECENT_LARGE_BYTES = 2 << 30
+cdef bint _keep_large = False
+
+
+def _large_bytes():
+    return sum((<_Mapping>m).seg.get().size() for m, _ in _recent_large.values())
+
+
+def keep_large_mappings():
+    """keep_large_mappings()
+
+    From now on, keep this process's mappings of other processes' large
+    segments after their blocks are gone, until `release_idle_mappings`
+    drops them.
+    """
+    global _keep_large
+    _keep_large = True
+
+
+def release_idle_mappings(seconds):
+    """release_idle_mappings(seconds)
+
+    Drop the kept mappings of large segments that no block was opened from
+    for `seconds` or more.
+    """
+    cutoff = time.monotonic() - seconds
+    for key, (mapping, used) in list(_recent_large.items()):
+        if used <= cutoff:
+            _recent_large.pop(key, None)
 
 
 cdef _Mapping _mapped(uint64_t arena_id, uint32_t segment_id, shared_ptr[CSegment] seg):
@@ -239,6 +276,11 @@ cdef Block _open(object ref, int fd):
         _recent.move_to_end((r.arena_id, r.segment_id))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
+    elif _keep_large:
+        _recent_large[r.arena_id, r.segment_id] = m, time.monotonic()
+        _recent_large.move_to_end((r.arena_id, r.segment_id))
+        while len(_recent_large) > 1 and (len(_recent_large) > _RECENT or _large_bytes() > _RECENT_LARGE_BYTES):
+            _recent_large.popitem(last=False)
     return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
 
 
@@ -414,6 +456,30 @@ cdef class Arena:
             The number of blocks reclaimed.
         """
         return self._live().drain()
+
+    def release_idle(self, seconds):
+        """release_idle(seconds)
+
+        Give back to the system the segments that have held no block for
+        `seconds` or more: spares, and every ordinary segment but the first.
+        Other processes still mapping one keep its memory until they let go.
+
+        Returns
+        -------
+        int
+            Bytes of segments unmapped.
+        """
+        if not 0 <= seconds < 1e9:
+            raise ValueError(f"seconds must be a number from 0 to 1e9, got {seconds!r}")
+        cdef uint64_t idle_ns = <uint64_t>(seconds * 1e9)
+        self._live()
+        cdef shared_ptr[CArena] arena = self.arena
+        cdef size_t released
+        with nogil:
+            released = arena.get().release_idle(idle_ns)
+        if released and self.arena.get() != NULL:
+            self._forget_retired(arena.get())
+        return released
 
     def stats(self):
         """stats()
@@ -623,6 +689,7 @@ def arena_block(obj):
 # and whose data the pickle carries in band anyway below mizu._messages'
 # INLINE.
 ARRAY_THRESHOLD = 1 << 16
+_ARRAY_SEGMENT_SIZE = 8 << 20
 
 cdef extern from "array_handler.hpp":
     int _set_array_handler "mizu::install_array_handler"(ArrayData* owner) except -1
@@ -636,7 +703,7 @@ def install_array_handler():
     """install_array_handler()
 
     Make numpy take the data of arrays of `ARRAY_THRESHOLD` bytes or more
-    from the `default_arena` of this process, in this thread's context and
+    from an arena of this process (`array_arena`), in this thread's context and
     those copied from it; a no-op after the first call in a process. The
     worker calls it once numpy is imported. Arrays made before keep their
     allocator; a forked child's new arrays go to numpy's own allocator until
@@ -652,7 +719,10 @@ def install_array_handler():
         return
     if sys.modules.get("numpy") is None:
         raise RuntimeError("install_array_handler needs numpy imported first")
-    arena = default_arena()
+    # An arena of their own: a forked child maps its segments privately
+    # (csrc/array_data.hpp), which must not touch the default arena's
+    # blocks, shared with forked children by design.
+    arena = Arena(segment_size=_ARRAY_SEGMENT_SIZE)
     cdef ArrayData* data = new ArrayData((<Arena>arena).arena, ARRAY_THRESHOLD, _array_data)
     try:
         _set_array_handler(data)
@@ -660,6 +730,28 @@ def install_array_handler():
         del data
         raise
     _array_data, _array_arena, _array_pid = data, arena, current_pid()
+
+
+def array_arena():
+    """array_arena()
+
+    The arena that `install_array_handler` made in this process, or None.
+    """
+    return _array_arena if _array_data != NULL and _array_pid == current_pid() else None
+
+
+def release_idle_memory(seconds):
+    """release_idle_memory(seconds)
+
+    Give back the segments of this process's arenas (the default one and
+    `array_arena`) that have held no block for `seconds`, and drop the
+    kept mappings of other processes' large segments unused as long
+    (`release_idle_mappings`).
+    """
+    for arena in (_default, array_arena()):
+        if arena is not None and not arena.closed:
+            arena.release_idle(seconds)
+    release_idle_mappings(seconds)
 
 
 def born_block(obj):

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 
 from concurrent.futures.process import _ExceptionWithTraceback
@@ -24,6 +25,10 @@ __all__ = ["main"]
 
 
 _IDLE_SLICE_NS = 250_000_000
+# Segments of the arena that have held no array for this long go back to
+# the system: numpy's own allocator gives large arrays' memory back as soon
+# as they are freed; the arena keeps it this long for the next task's.
+_IDLE_MEMORY_SECONDS = 1.0
 cdef Codec _codec = Codec()
 
 
@@ -55,6 +60,23 @@ cdef int _answer(_Ring results, object channel, int index, unsigned long long ta
     else:
         _send(results, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data, index)
     return 0
+
+
+def _give_back_idle_memory():
+    while True:
+        time.sleep(_IDLE_MEMORY_SECONDS)
+        _arena.release_idle_memory(_IDLE_MEMORY_SECONDS)
+
+
+def _arrays_in_the_arena():
+    """From now on large arrays that tasks make lie in shared memory, so that results cross without a copy."""
+    try:
+        _arena.install_array_handler()
+        _arena.keep_large_mappings()
+        threading.Thread(target=_give_back_idle_memory, daemon=True, name="mizu-idle-memory").start()
+    except Exception:
+        # Tasks still run, their arrays in numpy's memory, as before.
+        logging.getLogger("mizu").warning("large arrays stay in numpy's memory in this worker", exc_info=True)
 
 
 def _last_words(results, channel, index, stage, exc):
@@ -167,9 +189,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
             _last_words(results, channel, index, DECODING, exc)
             raise
         if not born and "numpy" in modules:
-            # From now on large arrays that tasks make lie in the arena, and
-            # a result's cross to the client without a copy.
-            _arena.install_array_handler()
+            _arrays_in_the_arena()
             born = True
         start = now_ns()
         try:

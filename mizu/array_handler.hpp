@@ -11,7 +11,9 @@
 #include <numpy/arrayobject.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <pthread.h>
 
 #include "array_data.hpp"
 
@@ -19,9 +21,10 @@ namespace mizu {
 
 namespace array_handler {
 
-// Set once, by install_array_handler with the GIL held, before numpy can
-// call the functions below; never changed or freed after, since arrays made
-// under the handler may outlive every Python object.
+// Set by install_array_handler with the GIL held, before numpy can call
+// the functions below, and again in a forked child that installs its own;
+// never freed, since arrays made under the handler may outlive every Python
+// object.
 inline ArrayData* data = nullptr;
 inline PyDataMemAllocator below{};   // the handler that was current before
 inline PyObject* below_capsule = nullptr;
@@ -57,6 +60,19 @@ inline void release(void*, void* ptr, std::size_t size) {
 inline PyDataMem_Handler handler = {
     "mizu_arena", 1, {nullptr, allocate, allocate_zeroed, reallocate, release}};
 
+// pthread_atfork's steps; `data` does not change across a fork (it
+// changes with the GIL held, which the forking thread holds).
+inline bool fork_steps = false;
+inline void prepare_fork() {
+    if (data) data->prepare_fork();
+}
+inline void after_fork_parent() {
+    if (data) data->after_fork_parent();
+}
+inline void after_fork_child() {
+    if (data) data->after_fork_child();
+}
+
 }  // namespace array_handler
 
 // Makes `owner` the allocator of large array data in this thread's context
@@ -67,6 +83,14 @@ inline PyDataMem_Handler handler = {
 inline int install_array_handler(ArrayData* owner) {
     namespace h = array_handler;
     if (PyArray_API == nullptr && _import_array() < 0) return -1;
+    if (!h::fork_steps) {
+        if (int rc = pthread_atfork(h::prepare_fork, h::after_fork_parent, h::after_fork_child)) {
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        h::fork_steps = true;
+    }
     if (h::data == nullptr) {
         PyObject* current = PyDataMem_GetHandler();
         if (current == nullptr) return -1;
@@ -80,10 +104,14 @@ inline int install_array_handler(ArrayData* owner) {
     }
     PyObject* mine = PyCapsule_New(&h::handler, "mem_handler", nullptr);
     if (mine == nullptr) return -1;
+    ArrayData* before = h::data;
     h::data = owner;
     PyObject* old = PyDataMem_SetHandler(mine);
     Py_DECREF(mine);
-    if (old == nullptr) return -1;
+    if (old == nullptr) {
+        h::data = before;
+        return -1;
+    }
     Py_DECREF(old);
     return 0;
 }

@@ -916,11 +916,11 @@ def kept_first(name, value=None):
     return float(_kept[name][0])
 
 
-def arena_blocks():
-    """The live blocks of this process's default arena."""
-    from mizu._arena import default_arena
+def arena_stats():
+    """The stats() of the arena that this process's large numpy arrays come from."""
+    from mizu._arena import array_arena
 
-    return default_arena().stats()["blocks"]
+    return array_arena().stats()
 
 
 def handler_of_new_array(n):
@@ -942,7 +942,8 @@ def sum_of_new(n):
 
 
 def fork_and_churn(n):
-    """The exit status of a forked child that resizes, frees and makes arrays like those inherited (n float64s)."""
+    """The exit status of a forked child that resizes, writes, frees and makes arrays like those inherited, and
+    the sum of the one it wrote to, here (n float64s of 2.0)."""
     import numpy as np
 
     inherited = [np.full(n, 1.0), np.full(n, 2.0)]
@@ -951,6 +952,7 @@ def fork_and_churn(n):
         status = 1
         try:
             inherited[0].resize(2 * n, refcheck=False)
+            inherited[1][:] = 9.0
             inherited.pop()
             made = np.full(n, 3.0)
             status = 0 if inherited[0][:n].sum() == n and made.sum() == 3 * n else 2

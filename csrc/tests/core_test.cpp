@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -968,6 +969,46 @@ void array_data(int threads_n, int rounds) {
     CHECK(arena->stats().blocks == 1);
     release_block(base, where.offset);
     CHECK(arena->stats().blocks == 0);
+    // fork's steps: the child's writes to an inherited pointer stay its own.
+    auto* q = static_cast<char*>(data.allocate(100000));
+    CHECK(q != nullptr);
+    std::memset(q, 1, 100000);
+    data.prepare_fork();
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        data.after_fork_child();
+        std::memset(q, 9, 100000);
+        _exit(q[0] == 9 && data.allocate(100000) == nullptr && data.free(q) ? 0 : 1);
+    }
+    data.after_fork_parent();
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(q[0] == 1 && q[99999] == 1 && data.free(q));
+}
+
+// Segments that held no block for a while go back to the system: spares
+// and ordinary segments but the first, once idle for the time asked.
+void arena_release_idle() {
+    ArenaOptions opt;
+    opt.segment_size = 1 << 16;
+    opt.limit = 16 << 20;
+    Arena arena(opt);
+    Allocation big = arena.alloc(300000);
+    std::vector<Allocation> small;
+    for (int i = 0; i < 3; ++i) small.push_back(arena.alloc(40000));  // a second and third ordinary segment
+    CHECK(arena.stats().segments == 4);
+    CHECK(arena.release_idle(0) == 0);  // everything holds a block
+    drop(arena, big.segment_id, big.offset);
+    for (const Allocation& a : small) drop(arena, a.segment_id, a.offset);
+    CHECK(arena.release_idle(uint64_t(3600) * 1000000000) == 0);
+    CHECK(arena.stats().segments == 4);
+    CHECK(arena.release_idle(0) > 0);
+    ArenaStats s = arena.stats();
+    CHECK(s.segments == 1 && s.spares == 0 && s.blocks == 0 && s.capacity == opt.segment_size);
+    Allocation again = arena.alloc(300000);
+    CHECK(again.dedicated);
+    drop(arena, again.segment_id, again.offset);
 }
 
 int main() {
@@ -980,6 +1021,7 @@ int main() {
     arena_churn();
     arena_limits();
     arena_spares();
+    arena_release_idle();
     arena_attach();
     arena_bad_references();
     arena_remote_free(2, 20000);

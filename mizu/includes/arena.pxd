@@ -49,6 +49,7 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         Arena(const ArenaOptions& options) except +raise_py_error
         Allocation alloc(size_t bytes) except +raise_py_error
         size_t drain() except +raise_py_error
+        size_t release_idle(uint64_t idle_ns) except +raise_py_error
         ArenaStats stats() except +raise_py_error
         shared_ptr[Segment] segment(uint32_t id)
         uint64_t id()

@@ -8,6 +8,7 @@ caller's, as a copy would be.
 import contextvars
 import multiprocessing
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -82,14 +83,27 @@ def test_a_result_the_worker_keeps_stays_apart_from_the_callers(executor_type, s
 def test_results_go_back_to_the_workers_arena_when_dropped(start_method):
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
         ex.submit(children.new_array, "negated", 1000).result(timeout=60)
-        before = ex.submit(children.arena_blocks).result(timeout=60)
+        before = ex.submit(children.arena_stats).result(timeout=60)["blocks"]
         for _ in range(300):
             assert ex.submit(children.new_array, "negated", N).result(timeout=60)[1] == -1.0
-        assert ex.submit(children.arena_blocks).result(timeout=60) == before
+        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before
         held = [ex.submit(children.new_array, "ufunc", N).result(timeout=60) for _ in range(5)]
-        assert ex.submit(children.arena_blocks).result(timeout=60) == before + 5
+        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before + 5
         del held
-        assert ex.submit(children.arena_blocks).result(timeout=60) == before
+        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before
+
+
+def test_a_workers_idle_arena_memory_goes_back_to_the_system():
+    with mizu.ProcessPoolExecutor(1) as ex:
+        ex.submit(children.new_array, "negated", 10).result(timeout=60)
+        first = ex.submit(children.arena_stats).result(timeout=60)["capacity"]
+        back = ex.submit(children.new_array, "negated", 10_000_000).result(timeout=60)
+        assert ex.submit(children.arena_stats).result(timeout=60)["capacity"] > first
+        del back
+        deadline = time.monotonic() + 30
+        while ex.submit(children.arena_stats).result(timeout=60)["capacity"] > first:
+            assert time.monotonic() < deadline, "the worker kept an idle segment for 30 s"
+            time.sleep(0.2)
 
 
 def test_only_workers_take_array_data_from_the_arena():
@@ -99,10 +113,17 @@ def test_only_workers_take_array_data_from_the_arena():
     assert children.handler_of_new_array(1 << 20) != "mizu_arena"
 
 
-def test_a_child_forked_in_a_task_frees_and_resizes_arrays_it_inherited(executor_type):
+def test_a_child_forked_in_a_task_has_copies_of_the_arrays_it_inherited(executor_type):
     with executor_type(1, mp_context=multiprocessing.get_context("spawn")) as ex:
         ex.submit(children.new_array, "negated", 10).result(timeout=60)
         assert ex.submit(children.fork_and_churn, N).result(timeout=60) == (0, 2.0 * N)
+
+
+def test_a_worker_whose_arena_cannot_be_made_still_runs_tasks(monkeypatch):
+    monkeypatch.setenv("MIZU_ARENA_LIMIT", "plenty")
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        assert ex.submit(children.new_array, "negated", 10).result(timeout=60)[1] == -1.0
+        assert ex.submit(children.sum_of_new, 1_000_000).result(timeout=60) == 1_000_000.0
 
 
 def test_arrays_past_the_workers_arena_limit_come_from_numpy(monkeypatch):
