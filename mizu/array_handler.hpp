@@ -7,6 +7,8 @@
 #pragma once
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+// The handler functions came with numpy 1.22; mizu needs 1.25 at run time.
+#define NPY_TARGET_VERSION NPY_1_25_API_VERSION
 #include <Python.h>
 #include <numpy/arrayobject.h>
 
