@@ -429,10 +429,7 @@ cdef class Arena:
 
     cdef Block _another_reference(self, ArrayBlock where):
         """A new Block holding one more reference to a live block of the arena's."""
-        cdef CArena* arena = self._live()
-        cdef _Mapping m = self.segments.get(where.segment_id)
-        if m is None:
-            m = self._mapping(arena, where.segment_id)
+        cdef _Mapping m = self._mapping(self._live(), where.segment_id)
         retain_block(m.seg.get().base(), where.offset)
         return Block.adopt(m, self.arena_id, where.segment_id, where.offset, where.length, where.generation)
 
@@ -683,8 +680,8 @@ def arena_block(obj):
 
 
 # Array data born in the arena (csrc/array_data.hpp): in a worker, numpy
-# takes every array's data of ARRAY_THRESHOLD bytes or more from the default
-# arena, so that a large result it returns crosses to the client by
+# takes every array's data of ARRAY_THRESHOLD bytes or more from an arena
+# kept for array data (array_arena), so that a large result it returns crosses to the client by
 # reference. Smaller arrays keep numpy's allocator, which is faster for them
 # and whose data the pickle carries in band anyway below mizu._messages'
 # INLINE.

@@ -137,6 +137,9 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     cdef Reassembler partial = Reassembler()
     cdef dict modules = sys.modules
     cdef bint born = False
+    # Hands each result to _answer as the worker's last reference to it
+    # (Codec.encode); one list for every task, emptied after each.
+    cdef list box = []
     _codec.by_value = by_value
     # A task may run for hours; this thread ends the worker as soon as the
     # client is gone, whatever the task is doing.
@@ -207,7 +210,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         # Drop the task's arguments now, not when the next task arrives:
         # their finalizers may be what the client waits on.
         del call, message, fn
-        box = [value]
+        box.append(value)
         del value
         try:
             _answer(results, channel, index, task_id, status, None, seconds, box)
@@ -217,7 +220,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
             # As the stdlib does: a result that cannot be pickled is replaced
             # by the error that pickling it raised.
             _answer(results, channel, index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0)
-        del box
+        box.clear()
         done += 1
         if max_tasks is not None and done >= max_tasks:
             _answer(results, channel, index, 0, RETIRING, None, 0.0)
