@@ -1,9 +1,11 @@
-"""joblib's own test_parallel.py with "mizu" among its process backends, loky's outcome as the oracle.
+"""joblib's own tests of its process backends with "mizu" among them, loky's outcome as the oracle.
 
-The installed joblib's tests/test_parallel.py is copied to a temporary
-folder with three edits: it imports mizu (which registers the backend), its
-list of process backends gains "mizu", and its one relative import names
-joblib's package. pytest then runs the cases of mizu and of loky. Every
+Each of the installed joblib's test files in SUITES is copied to a temporary
+folder with its edits: it imports mizu (which registers the backend), and
+so do the scripts that its tests run in new interpreters, as a user's
+script would; its lists of process backends gain "mizu", and its relative
+imports name joblib's package. The helpers those scripts import
+(testutils.py) are copied beside them. pytest then runs the cases of mizu and of loky. Every
 mizu case must pass where its loky twin (the same test with "loky" for
 "mizu" in its id) passes, unless the test is listed below with the reason
 mizu differs; doc/user/joblib.rst lists the same. A listed test that now
@@ -14,6 +16,7 @@ Usage: python tests/joblib/run_joblib_suite.py [--timeout SECONDS]
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,55 +24,88 @@ import xml.etree.ElementTree as ElementTree
 
 import joblib
 
-# Test functions whose mizu cases fail where loky's pass, and why.
+# Tests ("file::function") whose mizu cases fail where loky's pass, and why.
 DIFFERENCES = {
-    "test_parallel_with_interactively_defined_functions":
-        "runs a script in a new interpreter that never imports mizu, so joblib there knows no 'mizu' backend",
-    "test_parallel_with_unpicklable_functions_in_args":
-        "runs a script in a new interpreter that never imports mizu, so joblib there knows no 'mizu' backend",
-    "test_auto_memmap_on_arrays_from_generator":
+    "test_parallel::test_auto_memmap_on_arrays_from_generator":
         "expects large arguments to arrive as np.memmap; mizu's arrive as views of shared memory",
-    "test_memmapping_leaks":
+    "test_parallel::test_memmapping_leaks":
         "expects joblib's memmapping folder; mizu's arrays never go through it",
-    "test_parallel_unordered_generator_returns_fastest_first":
+    "test_parallel::test_parallel_unordered_generator_returns_fastest_first":
         "a worker holds a second task behind its running one, which then waits for the slow task",
+    "test_memmapping::test_parallel_isolated_temp_folders":
+        "reads the filename of the np.memmap that a large argument arrives as; mizu's is a view of shared memory",
+    "test_memmapping::test_managed_backend_reuse_temp_folder":
+        "reads the filename of the np.memmap that a large argument arrives as; mizu's is a view of shared memory",
+    "test_memmapping::test_memmap_returned_as_regular_array":
+        "its task asserts that a large argument arrives as np.memmap; mizu's is a view of shared memory",
 }
 
-EDITS = [
-    ("", "import mizu  # registers the 'mizu' backend\n"),
-    ("    from ._openmp_test_helper.parallel_sum import parallel_sum",
-     "    from joblib.test._openmp_test_helper.parallel_sum import parallel_sum"),
-    ('    PROCESS_BACKENDS = ["multiprocessing", "loky"]',
-     '    PROCESS_BACKENDS = ["multiprocessing", "loky", "mizu"]'),
-]
+IMPORT_MIZU = ("", "import mizu  # registers the 'mizu' backend\n", 1)
 
 
-def edited_suite(folder):
-    """Write the edited copy of joblib's test_parallel.py into folder; return its path."""
-    source = os.path.join(os.path.dirname(joblib.__file__), "test", "test_parallel.py")
-    with open(source) as file:
-        text = file.read()
-    for old, new in EDITS:
-        if old and text.count(old) != 1:
-            raise SystemExit(f"joblib {joblib.__version__}'s test_parallel.py no longer has {old.strip()!r} once: "
-                             f"update EDITS in {__file__}")
-        text = text.replace(old, new, 1) if old else new + text
-    path = os.path.join(folder, "test_parallel.py")
-    with open(path, "w") as file:
-        file.write(text)
-    return path
+def import_mizu_in_scripts(count):
+    """The edit that has the count scripts of a test file import mizu before joblib's Parallel."""
+    return "from joblib import Parallel, delayed", "import mizu; from joblib import Parallel, delayed", count
+
+
+HELPERS = ["testutils.py"]
+
+# {test file: [(text, its replacement, how many times the file has it)]};
+# "" as text puts the replacement first.
+SUITES = {
+    "test_parallel.py": [
+        IMPORT_MIZU,
+        import_mizu_in_scripts(4),
+        ("    from ._openmp_test_helper.parallel_sum import parallel_sum",
+         "    from joblib.test._openmp_test_helper.parallel_sum import parallel_sum", 1),
+        ('    PROCESS_BACKENDS = ["multiprocessing", "loky"]',
+         '    PROCESS_BACKENDS = ["multiprocessing", "loky", "mizu"]', 1),
+    ],
+    "test_memmapping.py": [
+        IMPORT_MIZU,
+        import_mizu_in_scripts(6),
+        ('@parametrize("backend", ["multiprocessing", "loky"])',
+         '@parametrize("backend", ["multiprocessing", "loky", "mizu"])', 7),
+    ],
+    "test_store_backends.py": [
+        IMPORT_MIZU,
+        ('@parametrize("backend", ["multiprocessing", "loky", "threading"])',
+         '@parametrize("backend", ["multiprocessing", "loky", "mizu", "threading"])', 1),
+    ],
+}
+
+
+def edited_suites(folder):
+    """Write the edited copies of joblib's test files, and the helpers, into folder; return the tests' paths."""
+    tests = os.path.join(os.path.dirname(joblib.__file__), "test")
+    for name in HELPERS:
+        shutil.copy(os.path.join(tests, name), folder)
+    paths = []
+    for name, edits in SUITES.items():
+        with open(os.path.join(tests, name)) as file:
+            text = file.read()
+        for old, new, count in edits:
+            if old and text.count(old) != count:
+                raise SystemExit(f"joblib {joblib.__version__}'s {name} no longer has {old.strip()!r} {count} "
+                                 f"time(s) but {text.count(old)}: update SUITES in {__file__}")
+            text = text.replace(old, new) if old else new + text
+        paths.append(os.path.join(folder, name))
+        with open(paths[-1], "w") as file:
+            file.write(text)
+    return paths
 
 
 def outcomes(report):
-    """{test id: "passed" | "failed" | "skipped"} from pytest's junit XML."""
+    """{"file::test id": "passed" | "failed" | "skipped"} from pytest's junit XML (file without .py)."""
     found = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
-            found[case.get("name")] = "failed"
+            outcome = "failed"
         elif case.find("skipped") is not None:
-            found[case.get("name")] = "skipped"
+            outcome = "skipped"
         else:
-            found[case.get("name")] = "passed"
+            outcome = "passed"
+        found[f"{case.get('classname').rsplit('.', 1)[-1]}::{case.get('name')}"] = outcome
     return found
 
 
@@ -78,9 +114,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=300, help="seconds any one test may take (default 300)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
-        suite = edited_suite(folder)
+        suites = edited_suites(folder)
         report = os.path.join(folder, "report.xml")
-        command = [sys.executable, "-P", "-m", "pytest", suite, "-q", "-p", "no:cacheprovider", "-k", "mizu or loky",
+        command = [sys.executable, "-P", "-m", "pytest", *suites, "-q", "-p", "no:cacheprovider", "-k", "mizu or loky",
                    f"--timeout={args.timeout}", f"--junitxml={report}", "-o", "junit_family=xunit1",
                    "--rootdir", folder]
         print("+", " ".join(command), flush=True)
