@@ -96,7 +96,7 @@ _IDLE = 0.1
 _POLL = 0.002
 _FEED = 0.0002
 cdef int64_t _FEED_NS = 200_000
-_TASK_SLOTS, _RESULT_SLOTS, _SLOT_BYTES = 64, 1024, 4096 - 16   # each ring's slots, and their size
+_SLOT_BYTES = 4096 - 16   # the size of every ring's slots
 _MAX_DEPTH = 48
 _SHORT_TASK = 200e-6
 cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
@@ -200,6 +200,23 @@ cdef object _answered(Fifo in_flight, unsigned long long task_id):
     return None
 
 
+def _ring_slots(max_workers):
+    """(slots of each worker's task ring, slots of the result ring) for a pool of max_workers.
+
+    Every page of the pool's segment is reserved when it is made, which
+    takes time in proportion (doc/dev/core.rst), so the rings are as deep
+    as the pool can use: a worker's ring holds its deepest queue of short
+    tasks (_MAX_DEPTH) while the pool has 16 workers or fewer, and 32 of
+    them beyond; the result ring holds a result for each task that all the
+    workers' queues hold, between 256 and 1024 slots. A ring that is full
+    makes its sender wait, or queue the message in the client.
+    """
+    results = 256
+    while results < min(1024, max_workers * _MAX_DEPTH):
+        results *= 2
+    return (64 if max_workers <= 16 else 32), results
+
+
 cdef class Pool:
     """Pool(max_workers, launcher, max_tasks)
 
@@ -215,11 +232,12 @@ cdef class Pool:
         self.codec = launcher.codec
         self.max_tasks = max_tasks
         # Each allocation is rounded up to 128 bytes; a page covers the segment's header.
-        ring_bytes = (_core.MpmcRing.footprint(_RESULT_SLOTS, _SLOT_BYTES)
-                      + max_workers * _core.SpscRing.footprint(_TASK_SLOTS, _SLOT_BYTES))
+        task_slots, result_slots = _ring_slots(max_workers)
+        ring_bytes = (_core.MpmcRing.footprint(result_slots, _SLOT_BYTES)
+                      + max_workers * _core.SpscRing.footprint(task_slots, _SLOT_BYTES))
         self.segment = _core.Segment(ring_bytes + 128 * (max_workers + 1) + 4096)
-        self.results = _core.MpmcRing(self.segment, _RESULT_SLOTS, _SLOT_BYTES)
-        self.roster = [Worker(i, _core.SpscRing(self.segment, _TASK_SLOTS, _SLOT_BYTES))
+        self.results = _core.MpmcRing(self.segment, result_slots, _SLOT_BYTES)
+        self.roster = [Worker(i, _core.SpscRing(self.segment, task_slots, _SLOT_BYTES))
                        for i in range(max_workers)]
         # The workers of the roster that have started, in its order: all at
         # once, or (on_demand, as the stdlib does with spawn and forkserver)
