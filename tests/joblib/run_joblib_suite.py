@@ -3,9 +3,10 @@
 Each of the installed joblib's test files in SUITES is copied to a temporary
 folder with its edits: it imports mizu (which registers the backend), and
 so do the scripts that its tests run in new interpreters, as a user's
-script would; its lists of process backends gain "mizu", and its relative
-imports name joblib's package. The helpers those scripts import
-(testutils.py) are copied beside them. pytest then runs the cases of mizu and of loky. Every
+script would (loky's scripts too, which then import mizu unused); its
+lists of process backends gain "mizu", and its relative imports name
+joblib's package. The helpers those scripts import (testutils.py) are
+copied beside them. pytest then runs the cases of mizu and of loky. Every
 mizu case must pass where its loky twin (the same test with "loky" for
 "mizu" in its id) passes, unless the test is listed below with the reason
 mizu differs; doc/user/joblib.rst lists the same. A listed test that now
