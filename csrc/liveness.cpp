@@ -2,9 +2,12 @@
 
 #include <cerrno>
 #include <climits>
+#include <memory>
 #include <csignal>
 #include <string>
+#include <vector>
 #include <system_error>
+#include <thread>
 #include <poll.h>
 #include <unistd.h>
 
@@ -64,6 +67,29 @@ bool PeerWatch::wait_exit(long long timeout_ns) const noexcept {
     int ms = ms_wanted > INT_MAX ? INT_MAX : int(ms_wanted);
     int r;
     do r = poll(&p, 1, ms);
+    while (r < 0 && errno == EINTR);
+    return r > 0;
+}
+
+void PeerWatch::exit_with(pid_t pid, int code) {
+    std::thread([watch = std::make_unique<PeerWatch>(pid), code] {
+        watch->wait_exit(-1);
+        _exit(code);
+    }).detach();
+}
+
+bool PeerWatch::any_exited(const PeerWatch* const* peers, std::size_t n) {
+    std::vector<pollfd> fds;
+    fds.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (peers[i]->fd_ >= 0)
+            fds.push_back(pollfd{peers[i]->fd_, POLLIN, 0});
+        else if (peers[i]->wait_exit(0))
+            return true;
+    }
+    if (fds.empty()) return false;
+    int r;
+    do r = poll(fds.data(), nfds_t(fds.size()), 0);
     while (r < 0 && errno == EINTR);
     return r > 0;
 }

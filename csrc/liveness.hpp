@@ -3,6 +3,7 @@
 // where neither exists.
 #pragma once
 
+#include <cstddef>
 #include <sys/types.h>
 
 namespace mizu {
@@ -23,7 +24,17 @@ public:
     // exit; true once it has.
     bool wait_exit(long long timeout_ns) const noexcept;
 
+    // Whether any of peers[0, n) has exited: one poll over all their pidfds
+    // (or kqueues), where asking each would cost a system call apiece.
+    static bool any_exited(const PeerWatch* const* peers, std::size_t n);
+
     pid_t pid() const noexcept { return pid_; }
+
+    // Starts a thread that ends this process with _exit(code) once `pid`
+    // has exited, whatever the other threads are doing: it needs no lock and
+    // no interpreter, so starting it waits for nothing. Throws
+    // std::system_error when pid names no process.
+    static void exit_with(pid_t pid, int code);
 
 private:
     pid_t pid_;

@@ -61,13 +61,15 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int64_t
 from libc.string cimport memset
+from libcpp.vector cimport vector
 
-from mizu._core cimport _Ring
+from mizu._core cimport PeerWatch, _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
 from mizu._messages cimport (BATCH, CALL, CALLABLE, KEYWORDS, OK, READY, RETIRING, Codec, Reassembler, body_of, chunks,
                              is_chunk)
 from mizu.includes.messages cimport Message, TaskHeader, kResult, read_message, task_header
 from mizu._sync cimport Fifo, Lock
+from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport kForever, now_ns
 
@@ -923,6 +925,12 @@ cdef class Pool:
 
     cdef check_workers(self):
         """Break the pool if a worker died without retiring. Called with recv_lock held."""
+        cdef vector[CPeerWatch*] watches
+        for worker in self.workers:
+            if worker.watch is not None:
+                watches.push_back((<PeerWatch>worker.watch).watch.get())
+        if not CPeerWatch.any_exited(watches.data(), watches.size()):
+            return
         for worker in self.workers:
             if worker.watch is None or worker.watch.alive():
                 continue

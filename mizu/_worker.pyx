@@ -6,18 +6,16 @@ from libc.stdint cimport int64_t
 from mizu._core cimport PeerWatch, _Ring
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, READY, RETIRING,
                              SINGLE, EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
+from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.messages cimport Message, ResultHeader, Status, kTask, read_message, result_header
 from mizu.includes.wire cimport Writer
 from mizu.includes.spin cimport now_ns
 
 import logging
-import os
 import sys
 import threading
 import time
 import traceback
-
-from concurrent.futures.process import _ExceptionWithTraceback
 
 from mizu import _arena, _core
 
@@ -30,11 +28,6 @@ _IDLE_SLICE_NS = 250_000_000
 # as they are freed; the arena keeps it this long for the next task's.
 _IDLE_MEMORY_SECONDS = 1.0
 cdef Codec _codec = Codec()
-
-
-def _exit_with(client):
-    client.wait()
-    os._exit(1)
 
 
 cdef _send(_Ring ring, const char* data, Py_ssize_t n, bytes message, int index):
@@ -60,6 +53,15 @@ cdef int _answer(_Ring results, object channel, int index, unsigned long long ta
     else:
         _send(results, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data, index)
     return 0
+
+
+def _with_traceback(exc):
+    """exc as the stdlib's workers send it: with its traceback, as text, for the client's _RemoteTraceback."""
+    # Imported on a task's first error: a worker whose tasks raise nothing
+    # does without concurrent.futures.process and what it imports.
+    from concurrent.futures.process import _ExceptionWithTraceback
+
+    return _ExceptionWithTraceback(exc, exc.__traceback__)
 
 
 def _give_back_idle_memory():
@@ -101,7 +103,7 @@ def _run_units(fn, list units, int flags):
                 values.append([fn(arg) for arg in unit] if single else [fn(*args) for args in unit])
         except BaseException as exc:
             values.append(None)
-            failures.append((index, _ExceptionWithTraceback(exc, exc.__traceback__)))
+            failures.append((index, _with_traceback(exc)))
     return values, failures
 
 
@@ -141,9 +143,9 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     # (Codec.encode); one list for every task, emptied after each.
     cdef list box = []
     _codec.by_value = by_value
-    # A task may run for hours; this thread ends the worker as soon as the
-    # client is gone, whatever the task is doing.
-    threading.Thread(target=_exit_with, args=(client,), daemon=True, name="mizu-client-watch").start()
+    # A task may run for hours; a thread of the core's ends the worker as
+    # soon as the client is gone, whatever the task is doing.
+    CPeerWatch.exit_with(client_pid, 1)
     if initializer is not None:
         try:
             initializer(*initargs)
@@ -204,7 +206,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
                 value = fn(*call)
             status = OK
         except BaseException as exc:
-            value = _ExceptionWithTraceback(exc, exc.__traceback__)
+            value = _with_traceback(exc)
             status = RAISED
         seconds = (now_ns() - start) * 1e-9
         # Drop the task's arguments now, not when the next task arrives:
@@ -219,7 +221,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         except BaseException as exc:
             # As the stdlib does: a result that cannot be pickled is replaced
             # by the error that pickling it raised.
-            _answer(results, channel, index, task_id, RAISED, _ExceptionWithTraceback(exc, exc.__traceback__), 0.0)
+            _answer(results, channel, index, task_id, RAISED, _with_traceback(exc), 0.0)
         box.clear()
         done += 1
         if max_tasks is not None and done >= max_tasks:

@@ -2,11 +2,13 @@
 // Threads stand in for processes: the sanitizers see across threads only,
 // and the memory orders are the same whether the peer is a thread or a
 // process mapping the same pages.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
+#include <poll.h>
 #include <random>
 #include <random>
 #include <string>
@@ -19,6 +21,7 @@
 #include "arena.hpp"
 #include "array_data.hpp"
 #include "harness.hpp"
+#include "liveness.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
 #include "wire.hpp"
@@ -1011,11 +1014,67 @@ void arena_release_idle() {
     drop(arena, again.segment_id, again.offset);
 }
 
+// One poll over many watches: false while every child runs, true once one
+// has exited (reaped or not), whatever its place in the list.
+void peers_exit() {
+    pid_t running = fork();
+    if (running == 0) {
+        pause();
+        _exit(0);
+    }
+    pid_t quitting = fork();
+    if (quitting == 0) _exit(3);
+    PeerWatch a(running), b(quitting), self(getpid());
+    const PeerWatch* alive[] = {&a, &self};
+    CHECK(!PeerWatch::any_exited(alive, 2) && !PeerWatch::any_exited(alive, 0));
+    CHECK(b.wait_exit(-1));
+    const PeerWatch* one_gone[] = {&self, &a, &b};
+    CHECK(PeerWatch::any_exited(one_gone, 3) && !PeerWatch::any_exited(one_gone, 2));
+    int status = 0;
+    CHECK(waitpid(quitting, &status, 0) == quitting && WEXITSTATUS(status) == 3);
+    CHECK(PeerWatch::any_exited(one_gone, 3));
+    kill(running, SIGKILL);
+    CHECK(waitpid(running, &status, 0) == running);
+}
+
+// A process whose watch thread sees its peer exit ends at once, whatever its
+// main thread is doing (here: waiting for a signal that never comes).
+void exit_with_peer() {
+    int gone[2], watching[2];
+    CHECK(pipe(gone) == 0 && pipe(watching) == 0);
+    pid_t peer = fork();
+    if (peer == 0) {
+        pid_t watcher = fork();
+        if (watcher == 0) {
+            PeerWatch::exit_with(getppid(), 7);
+            char c = 1;
+            if (write(watching[1], &c, 1) != 1) _exit(1);
+            for (;;) pause();
+        }
+        char c;
+        if (read(watching[0], &c, 1) != 1) _exit(1);
+        _exit(0);
+    }
+    close(gone[1]);
+    close(watching[1]);
+    int status = 0;
+    CHECK(waitpid(peer, &status, 0) == peer && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // The watcher holds the write end until it exits: then the read sees end of file.
+    pollfd p{gone[0], POLLIN, 0};
+    CHECK(poll(&p, 1, 10000) == 1);
+    char c;
+    CHECK(read(gone[0], &c, 1) == 0);
+    close(gone[0]);
+    close(watching[0]);
+}
+
 int main() {
     wire_round_trips();
     wire_rejects_malformed();
     wire_survives_garbage(300000);
     segments();
+    peers_exit();
+    exit_with_peer();
     ring_headers();
     arena_model();
     arena_churn();

@@ -7,3 +7,7 @@ cdef extern from "liveness.hpp" namespace "mizu" nogil:
         bint alive()
         bint wait_exit(long long timeout_ns)
         pid_t pid()
+        @staticmethod
+        bint any_exited(PeerWatch** peers, size_t n) except +raise_py_error
+        @staticmethod
+        void exit_with(pid_t pid, int code) except +raise_py_error
