@@ -12,9 +12,10 @@ shared-memory segments that messages' arrays live in (doc/dev/messages.rst).
 
 Each launcher also says how its kind of worker takes values (`codec`,
 mizu._messages), whether workers start all at once or one per task that
-finds none idle (`on_demand`), what most often kills one before its first
-task (`starting_hint`) and what runs in a worker before its first task
-(`setup_name`, for the pool's error messages).
+finds none idle (`on_demand`), whether those starts may be paced a few at
+a time (`paced`, mizu._pool.Pool.start_deferred), what most often kills
+one before its first task (`starting_hint`) and what runs in a worker
+before its first task (`setup_name`, for the pool's error messages).
 """
 
 import os
@@ -54,6 +55,9 @@ class MultiprocessingLauncher:
         # The stdlib's rule: fork starts every worker at once; spawn and
         # forkserver, one whenever a task finds no idle worker.
         self.on_demand = method != "fork"
+        # An initializer may wait (on a network, a lock) rather than compute:
+        # its workers all start at once, as the stdlib's do.
+        self.paced = self.on_demand and initializer is None
         self.preload = method == "forkserver"
         # The commonest cause of a worker dying before its first task.
         self.starting_hint = "" if method == "fork" else (
@@ -185,6 +189,7 @@ class RLauncher:
     """
 
     on_demand = False
+    paced = False
     starting_hint = ""
     setup_name = "setup script"
 

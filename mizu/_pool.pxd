@@ -38,6 +38,7 @@ cdef class Pool:
     cdef readonly list roster, workers
     cdef readonly Py_ssize_t collecting   # callers collecting results in wait_until
     cdef readonly bint on_demand
+    cdef bint paced                     # on demand, starts a few at a time (see start_deferred)
     cdef readonly object idle, state_lock, kicked, ref
     cdef readonly Codec codec
     cdef readonly Reassembler reassembler
@@ -53,6 +54,7 @@ cdef class Pool:
     cdef public Py_ssize_t depth
     cdef Py_ssize_t cores               # the CPUs this process may use
     cdef Py_ssize_t coming              # workers started that are not up yet
+    cdef Py_ssize_t deferred            # starts that submits asked for, put off (see adjust)
     cdef Py_ssize_t reserved            # pending's first tasks, running: for workers coming (see dispatch)
     cdef unsigned long long last_task_id, last_fn_id     # under send_lock
     cdef int owner                      # the process that made the pool
@@ -65,6 +67,8 @@ cdef class Pool:
 
     cdef grow(self)
     cdef adjust(self)
+    cdef start_deferred(self)
+    cdef Py_ssize_t starting_now(self)
     cdef launch(self, Worker worker)
     cdef bint sending(self)
     cdef outstanding(self)
@@ -85,6 +89,7 @@ cdef class Pool:
     cdef collect_until(self, Cell cell, int64_t deadline_ns)
     cdef bint core_to_spare(self)
     cdef collect_ready(self)
+    cdef collect_if_free(self)
     cdef handle(self, bytes slot)
     cdef settle(self, bytes slot)
     cdef note_slow(self, Worker worker, Cell cell, double seconds)

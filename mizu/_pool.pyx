@@ -44,7 +44,8 @@ it, in both directions, just before the message enters a ring (see
 mizu._messages). A worker that reaches max_tasks_per_child says it retires;
 the pool joins it and launches its successor on the same ring. With fork every
 worker starts at the first submit; with spawn and forkserver one starts
-whenever a submit finds none idle. Tasks wait in `pending` until a
+whenever a submit finds none idle, at most one per CPU at a time (the others
+put off until one is up; Pool.start_deferred). Tasks wait in `pending` until a
 worker's first message says it is up, and go one at a time while others
 are still starting (Pool.pick).
 
@@ -106,6 +107,7 @@ cdef double _SHORT_TASK_C = _SHORT_TASK
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
 _SLOWEST = 5          # the slowest tasks that insights() reports
 _UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
+_STARTING = 0.1       # seconds a worker's start counts against the starts at once (see start_deferred)
 
 
 cdef extern from "pythread.h":
@@ -246,7 +248,9 @@ cdef class Pool:
         # one whenever a task finds no idle worker.
         self.workers = []
         self.on_demand = launcher.on_demand
+        self.paced = launcher.paced
         self.idle = collections.deque()   # one entry per completed task, taken by a submit instead of a start
+        self.deferred = 0
         self.pending = Fifo()
         self.send_lock = Lock()
         self.recv_lock = Lock()
@@ -300,12 +304,55 @@ cdef class Pool:
         self.workers.append(worker)
 
     cdef adjust(self):
-        """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock."""
+        """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock.
+
+        While as many workers as there are CPUs are starting, a paced pool
+        puts the start off (start_deferred).
+        """
         if len(self.workers) < len(self.roster):
             if self.idle:
                 self.idle.pop()
+            elif self.paced and (self.deferred or self.starting_now() >= self.cores):
+                self.deferred += 1   # the manager thread, or the next worker to come up, starts it
             else:
                 self.grow()
+
+    cdef start_deferred(self):
+        """Start the workers that submits put off, while fewer than one per CPU are starting. Under state_lock.
+
+        Starting a worker under spawn or forkserver takes tens of
+        milliseconds of CPU. Started all at once, as the stdlib's pool
+        starts them, many workers share the CPUs and each comes up only
+        when nearly all do; started a few at a time, the first run tasks
+        while the next start, and a task that ends before a put-off start
+        leaves its worker idle to take the next task instead (a result
+        cancels a put-off start as it would have spared the stdlib's a
+        start). A start counts for _STARTING seconds at most, so that one
+        that waits (for a slow disk, a loaded machine) does not hold the
+        next back longer. Called as a worker comes up and by the
+        manager thread; a start that fails then breaks the pool. Once no
+        task waits for a worker, the starts put off are dropped.
+        """
+        if not self.pending.size():
+            self.deferred = 0
+        while (self.deferred and self.broken is None and len(self.workers) < len(self.roster)
+               and self.pending.size() > self.coming and self.starting_now() < self.cores):
+            self.deferred -= 1
+            try:
+                self.grow()
+            except Exception as exc:
+                self.terminate_broken(f"A worker could not be started: {brief.repr(exc)}.")
+                return
+
+    cdef Py_ssize_t starting_now(self):
+        """The workers whose first start began less than _STARTING seconds ago and that are not up yet."""
+        cdef Worker worker
+        cdef Py_ssize_t n = 0
+        cdef double since = _monotonic() - _STARTING
+        for worker in self.workers:
+            if worker.starting and worker.launched_at > since:
+                n += 1
+        return n
 
     cdef launch(self, Worker worker):
         """Start a process for worker, its first or the successor of one that retired."""
@@ -427,6 +474,11 @@ cdef class Pool:
             if counter is not None:
                 self.counters[cell] = counter
         else:
+            if self.on_demand and not self.idle and self.started:
+                # A result already in the ring leaves its worker idle: count
+                # it before deciding to start another, as the stdlib's manager
+                # thread counts each result as it arrives.
+                self.collect_if_free()
             with self.state_lock:
                 self.refuse_if_closed()
                 if not self.started:
@@ -451,12 +503,17 @@ cdef class Pool:
         self.dispatch()
         if self.pending.size():
             self.backlogged += 1
-            if self.take_recv(0):
-                try:
-                    self.collect_ready()
-                finally:
-                    self.give_recv()
+            self.collect_if_free()
         return future
+
+    cdef collect_if_free(self):
+        """Collect the results in the ring now, unless another thread is collecting or the pool let go of it."""
+        if self.take_recv(0):
+            try:
+                if self.results is not None:
+                    self.collect_ready()
+            finally:
+                self.give_recv()
 
     cdef int refuse_if_closed(self) except -1:
         if self.broken is not None:
@@ -785,6 +842,9 @@ cdef class Pool:
             if worker.starting:
                 worker.starting = False
                 self.coming -= 1
+                if self.deferred:
+                    with self.state_lock:
+                        self.start_deferred()
             return
         if status == RETIRING:
             self.replace(worker)
@@ -811,7 +871,9 @@ cdef class Pool:
                     counter.add(cell.calls)
                 except BaseException as exc:
                     interrupted = exc
-        if self.on_demand and len(self.workers) < len(self.roster):
+        if self.deferred:
+            self.deferred -= 1
+        elif self.on_demand and len(self.workers) < len(self.roster):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
@@ -889,6 +951,9 @@ cdef class Pool:
         ring = _core.MpmcRing.attach(self.segment, self.results.offset)
         ring.spin_ns = 0
         while self.broken is None:
+            if self.deferred:
+                with self.state_lock:
+                    self.start_deferred()
             if self.collecting:
                 if self.kicked.wait(_POLL):
                     self.kicked.clear()

@@ -386,9 +386,21 @@ def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type
             assert ex.submit(children.double, x).result(timeout=60) == 2 * x
         one_by_one = len(ex._processes)
         sleepers = [ex.submit(children.nap, 0.5) for _ in range(6)]
-        assert len(ex._processes) == 4
         assert [f.result(timeout=60) for f in sleepers] == [0.5] * 6
+        assert len(ex._processes) == 4
     assert one_by_one == (4 if start_method == "fork" else 1)
+
+
+def test_spawn_starts_one_worker_per_cpu_at_a_time():
+    """Tasks that find no idle worker start one each, at most one per CPU at once: the first run while the next start."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = 2 * cpus + 2
+    with mizu.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = [ex.submit(children.nap, 0.2) for _ in range(n)]
+        at_once = len(ex._processes)
+        assert [f.result(timeout=60) for f in futures] == [0.2] * n
+        assert 2 <= len(ex._processes) <= n
+    assert at_once <= cpus
 
 
 def test_tasks_go_to_the_workers_that_have_started(executor_type, start_method, tmp_path):
@@ -507,6 +519,25 @@ with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_m
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True"]
+
+
+def test_a_spawned_worker_imports_the_stdlib_pool_for_its_first_error(tmp_path):
+    """A spawned worker of a program that names no pool at import leaves concurrent.futures.process out until a task raises."""
+    code = """
+import multiprocessing
+import children, mizu
+with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+    print(ex.submit(children.loaded, "concurrent.futures.process").result(timeout=60))
+    try:
+        ex.submit(children.raise_runtime, "on purpose").result(timeout=60)
+    except RuntimeError as exc:
+        print(type(exc.__cause__).__name__, "raise_runtime" in str(exc.__cause__))
+    print(ex.submit(children.loaded, "concurrent.futures.process").result(timeout=60))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "_RemoteTraceback", "True", "True"]
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
