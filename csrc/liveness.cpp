@@ -2,12 +2,12 @@
 
 #include <cerrno>
 #include <climits>
-#include <memory>
 #include <csignal>
+#include <memory>
 #include <string>
-#include <vector>
 #include <system_error>
 #include <thread>
+#include <vector>
 #include <poll.h>
 #include <unistd.h>
 

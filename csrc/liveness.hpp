@@ -33,7 +33,7 @@ public:
     // Starts a thread that ends this process with _exit(code) once `pid`
     // has exited, whatever the other threads are doing: it needs no lock and
     // no interpreter, so starting it waits for nothing. Throws
-    // std::system_error when pid names no process.
+    // std::system_error when pid names no process or no thread can start.
     static void exit_with(pid_t pid, int code);
 
 private:

@@ -27,6 +27,7 @@ cdef class Worker:
     # tasks (monotonic seconds, 0 until then), the calls its tasks made and
     # the seconds they ran, over all its processes.
     cdef readonly double launched_at, up_at, busy
+    cdef double counted_until          # when its start stops counting against a paced pool's (see starting_now)
     cdef readonly Py_ssize_t calls_done
 
     cdef release(self)
@@ -67,7 +68,8 @@ cdef class Pool:
 
     cdef grow(self)
     cdef adjust(self)
-    cdef start_deferred(self)
+    cdef str start_deferred(self)
+    cdef start_put_off(self)
     cdef Py_ssize_t starting_now(self)
     cdef launch(self, Worker worker)
     cdef bint sending(self)

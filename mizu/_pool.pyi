@@ -20,6 +20,7 @@ _T = TypeVar("_T")
 
 class _Launcher(Protocol):
     on_demand: bool
+    paced: bool
     starting_hint: str
     setup_name: str
     codec: Codec

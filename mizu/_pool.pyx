@@ -306,8 +306,9 @@ cdef class Pool:
     cdef adjust(self):
         """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock.
 
-        While as many workers as there are CPUs are starting, a paced pool
-        puts the start off (start_deferred).
+        A paced pool puts the start off (start_deferred) while as many
+        workers as there are CPUs are starting, or while earlier starts are
+        put off.
         """
         if len(self.workers) < len(self.roster):
             if self.idle:
@@ -317,7 +318,7 @@ cdef class Pool:
             else:
                 self.grow()
 
-    cdef start_deferred(self):
+    cdef str start_deferred(self):
         """Start the workers that submits put off, while fewer than one per CPU are starting. Under state_lock.
 
         Starting a worker under spawn or forkserver takes tens of
@@ -329,9 +330,11 @@ cdef class Pool:
         cancels a put-off start as it would have spared the stdlib's a
         start). A start counts for _STARTING seconds at most, so that one
         that waits (for a slow disk, a loaded machine) does not hold the
-        next back longer. Called as a worker comes up and by the
-        manager thread; a start that fails then breaks the pool. Once no
-        task waits for a worker, the starts put off are dropped.
+        next back longer. Called after results and notices are collected
+        (a worker that came up has its task by then) and by the manager
+        thread. Once `pending` is empty the starts put off are dropped.
+        Returns what broke the pool if a start failed, for the caller to
+        break it once it no longer holds state_lock (start_put_off).
         """
         if not self.pending.size():
             self.deferred = 0
@@ -341,16 +344,23 @@ cdef class Pool:
             try:
                 self.grow()
             except Exception as exc:
-                self.terminate_broken(f"A worker could not be started: {brief.repr(exc)}.")
-                return
+                return f"A worker could not be started: {brief.repr(exc)}."
+        return None
+
+    cdef start_put_off(self):
+        """start_deferred, then break the pool if a start failed."""
+        with self.state_lock:
+            failure = self.start_deferred()
+        if failure is not None:
+            self.terminate_broken(failure)
 
     cdef Py_ssize_t starting_now(self):
-        """The workers whose first start began less than _STARTING seconds ago and that are not up yet."""
+        """The workers not up yet whose first process was started less than _STARTING seconds ago."""
         cdef Worker worker
         cdef Py_ssize_t n = 0
-        cdef double since = _monotonic() - _STARTING
+        cdef double now = _monotonic()
         for worker in self.workers:
-            if worker.starting and worker.launched_at > since:
+            if worker.starting and worker.counted_until > now:
                 n += 1
         return n
 
@@ -387,6 +397,9 @@ cdef class Pool:
         if worker.channel is not None:
             worker.channel.close()
         worker.process, worker.watch, worker.channel = proc, watch, channel
+        # From now: the client's own time starting it (a fork and exec
+        # under spawn) is not the worker's.
+        worker.counted_until = _monotonic() + _STARTING
 
     cdef bint sending(self):
         return bool(self.feeding)
@@ -786,6 +799,8 @@ cdef class Pool:
             self.handle(slot)
             slot = ring._try_pop()
         self.dispatch()
+        if self.deferred:
+            self.start_put_off()
 
     cdef handle(self, bytes slot):
         # A signal handler's exception (Ctrl-C's KeyboardInterrupt, in the
@@ -842,9 +857,6 @@ cdef class Pool:
             if worker.starting:
                 worker.starting = False
                 self.coming -= 1
-                if self.deferred:
-                    with self.state_lock:
-                        self.start_deferred()
             return
         if status == RETIRING:
             self.replace(worker)
@@ -952,8 +964,7 @@ cdef class Pool:
         ring.spin_ns = 0
         while self.broken is None:
             if self.deferred:
-                with self.state_lock:
-                    self.start_deferred()
+                self.start_put_off()
             if self.collecting:
                 if self.kicked.wait(_POLL):
                     self.kicked.clear()

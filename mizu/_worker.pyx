@@ -59,8 +59,10 @@ def _with_traceback(exc):
     """exc as the stdlib's workers send it: with its traceback, as text, for the client's _RemoteTraceback."""
     # Imported on a task's first error: a worker whose tasks raise nothing
     # does without concurrent.futures.process and what it imports.
-    from concurrent.futures.process import _ExceptionWithTraceback
-
+    try:
+        from concurrent.futures.process import _ExceptionWithTraceback
+    except Exception:
+        return exc   # the task's error still reaches its future, without this traceback
     return _ExceptionWithTraceback(exc, exc.__traceback__)
 
 
