@@ -279,22 +279,12 @@ cdef class Pool:
 
     # -- starting and stopping -------------------------------------------------------------
 
-    def start(self, first=None):
-        """Start the pool: every worker (unless on demand), then the manager thread.
-
-        first, if given, is the future of the submit that starts the pool,
-        put in `pending` first: a worker that is up while the others are
-        still being forked takes it at once.
-        """
-        if first is not None:
-            self.pending.push(first)
+    def start(self):
         try:
             # Fork before the thread exists: forking a process with threads risks the child's locks.
             if not self.on_demand:
                 for worker in self.roster:
                     self.grow()
-                    if first is not None:
-                        self.collect_if_free()
             self.manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
             self.manager.start()
         except BaseException as exc:
@@ -303,8 +293,6 @@ cdef class Pool:
             # (their rings are closed, so the pool cannot start again).
             self.close_workers()
             self.broken = f"The pool could not start its workers: {exc!r}"
-            if first is not None:
-                self.pending.remove(first)
             self.release()
             raise
         _live_pools.add(self)
@@ -506,12 +494,11 @@ cdef class Pool:
                 self.collect_if_free()
             with self.state_lock:
                 self.refuse_if_closed()
+                if not self.started:
+                    self.start()
+                self.pending.push(future)
                 if counter is not None:
                     self.counters[cell] = counter
-                if not self.started:
-                    self.start(future)
-                else:
-                    self.pending.push(future)
                 if self.on_demand:
                     try:
                         self.adjust()
