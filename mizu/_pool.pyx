@@ -314,7 +314,7 @@ cdef class Pool:
             if self.idle:
                 self.idle.pop()
             elif self.paced and (self.deferred or self.starting_now() >= self.cores):
-                self.deferred += 1   # the manager thread, or the next worker to come up, starts it
+                self.deferred += 1   # started as results and notices are collected, or by the manager thread
             else:
                 self.grow()
 
