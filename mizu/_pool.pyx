@@ -332,12 +332,11 @@ cdef class Pool:
         that waits (for a slow disk, a loaded machine) does not hold the
         next back longer. Called after results and notices are collected
         (a worker that came up has its task by then) and by the manager
-        thread. Once `pending` is empty the starts put off are dropped.
+        thread. Once `pending` is empty, or every worker has started, the
+        starts put off are dropped.
         Returns what broke the pool if a start failed, for the caller to
         break it once it no longer holds state_lock (start_put_off).
         """
-        if not self.pending.size():
-            self.deferred = 0
         while (self.deferred and self.broken is None and len(self.workers) < len(self.roster)
                and self.pending.size() > self.coming and self.starting_now() < self.cores):
             self.deferred -= 1
@@ -345,6 +344,8 @@ cdef class Pool:
                 self.grow()
             except Exception as exc:
                 return f"A worker could not be started: {brief.repr(exc)}."
+        if not self.pending.size() or len(self.workers) == len(self.roster):
+            self.deferred = 0
         return None
 
     cdef start_put_off(self):
@@ -678,12 +679,14 @@ cdef class Pool:
     cdef Worker pick(self, Py_ssize_t depth):
         # As with the stdlib's shared call queue, a task goes to a worker once
         # it is up (its initializer ran), and one at a time while others are
-        # starting for the first time: tasks bound early to the last of many
-        # starting workers (spawn starts one in tens of milliseconds of CPU),
-        # or to one with a slow initializer, would wait for it while the
-        # others idle.
+        # starting for the first time or are still to start (put off by a
+        # paced pool): tasks bound early to the last of many starting workers
+        # (spawn starts one in tens of milliseconds of CPU), or to one with a
+        # slow initializer, would wait for it while the others idle, and
+        # tasks queued behind busy workers would leave none pending for a
+        # put-off start.
         cdef Worker worker, best = None
-        if self.coming:
+        if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
             if not worker.up or worker.outbox or worker.in_flight.size() >= depth:

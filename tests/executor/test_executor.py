@@ -403,6 +403,22 @@ def test_spawn_starts_one_worker_per_cpu_at_a_time():
     assert at_once <= cpus
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity to give the pool one CPU")
+def test_a_put_off_start_is_not_lost_to_tasks_queued_behind_busy_workers(monkeypatch):
+    """On one CPU, the second start waits for the first worker up; the tasks left then are its, as the stdlib's would be."""
+    monkeypatch.setattr("mizu._pool._STARTING", 60.0)   # a start counts until its worker is up
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})   # this thread's mask: the pool's CPU count, and its workers'
+    try:
+        with mizu.ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as ex:
+            assert ex.submit(children.double, 1).result(timeout=60) == 2
+            futures = [ex.submit(children.nap, 0.5) for _ in range(4)]
+            assert [f.result(timeout=60) for f in futures] == [0.5] * 4
+            assert len(ex._processes) == 3
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
 def test_tasks_go_to_the_workers_that_have_started(executor_type, start_method, tmp_path):
     """A worker still in its initializer holds up no task: the one that started runs them all."""
     with executor_type(2, mp_context=multiprocessing.get_context(start_method),
