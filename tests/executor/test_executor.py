@@ -154,7 +154,7 @@ def test_map_raises_at_the_failing_element(pool):
 
 def test_map_times_out(executor_type):
     with executor_type(1) as ex:
-        results = ex.map(children.nap, [5, 5], timeout=0.2)
+        results = ex.map(children.nap, [1, 1], timeout=0.2)
         with pytest.raises(cf.TimeoutError):
             list(results)
 
