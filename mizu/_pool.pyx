@@ -47,7 +47,7 @@ worker starts at the first submit; with spawn and forkserver one starts
 whenever a submit finds none idle, at most one per CPU at a time (the others
 put off until one is up; Pool.start_deferred). Tasks wait in `pending` until a
 worker's first message says it is up, and go one at a time while others
-are still starting (Pool.pick).
+are still starting or their starts are put off (Pool.pick).
 
 Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
 died without retiring breaks the pool as the stdlib's does (BrokenProcessPool

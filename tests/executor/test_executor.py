@@ -404,18 +404,26 @@ def test_spawn_starts_one_worker_per_cpu_at_a_time():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity to give the pool one CPU")
-def test_a_put_off_start_is_not_lost_to_tasks_queued_behind_busy_workers(monkeypatch):
-    """On one CPU, the second start waits for the first worker up; the tasks left then are its, as the stdlib's would be."""
+def test_a_put_off_start_is_not_lost_to_tasks_queued_behind_busy_workers(monkeypatch, tmp_path):
+    """On one CPU, the third start waits for the second worker to come up; a task left then is its, as the stdlib's would be."""
     monkeypatch.setattr("mizu._pool._STARTING", 60.0)   # a start counts until its worker is up
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})   # this thread's mask: the pool's CPU count, and its workers'
+    gate = tmp_path / "gate"
     try:
         with mizu.ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as ex:
             assert ex.submit(children.double, 1).result(timeout=60) == 2
-            futures = [ex.submit(children.nap, 0.5) for _ in range(4)]
-            assert [f.result(timeout=60) for f in futures] == [0.5] * 4
-            assert len(ex._processes) == 3
+            # Tasks that end only once the gate opens: no result cancels the put-off start.
+            futures = [ex.submit(children.wait_for_file, str(gate)) for _ in range(4)]
+            deadline = time.monotonic() + 60
+            while len(ex._processes) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            started = len(ex._processes)
+            gate.touch()
+            assert all(f.result(timeout=60) in ex._processes for f in futures)
+        assert started == 3
     finally:
+        gate.touch()
         os.sched_setaffinity(0, cpus)
 
 
