@@ -47,6 +47,8 @@ cdef class Pool:
     cdef readonly Lock send_lock, recv_lock
     cdef readonly set feeding
     cdef readonly unsigned long recv_owner
+    cdef unsigned long send_owner       # the thread in dispatch, holding send_lock
+    cdef bint launching                 # start() is starting the workers
     cdef public object broken, manager
     cdef public bint shutting_down, started
     cdef readonly Py_ssize_t watched   # futures observed (see observe) that have not settled
@@ -67,7 +69,7 @@ cdef class Pool:
     cdef object __weakref__
 
     cdef grow(self)
-    cdef adjust(self)
+    cdef adjust(self, bint put_off=*)
     cdef str start_deferred(self)
     cdef start_put_off(self)
     cdef Py_ssize_t starting_now(self)

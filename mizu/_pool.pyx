@@ -43,7 +43,8 @@ descriptors of shared-memory segments that a message's arrays live in cross
 it, in both directions, just before the message enters a ring (see
 mizu._messages). A worker that reaches max_tasks_per_child says it retires;
 the pool joins it and launches its successor on the same ring. With fork every
-worker starts at the first submit; with spawn and forkserver one starts
+worker starts at the first submit, whose task goes to the first worker up
+while the others are forked (Pool.start); with spawn and forkserver one starts
 whenever a submit finds none idle, at most one per CPU at a time (the others
 put off until one is up; Pool.start_deferred). Tasks wait in `pending` until a
 worker's first message says it is up, and go one at a time while others
@@ -279,22 +280,45 @@ cdef class Pool:
 
     # -- starting and stopping -------------------------------------------------------------
 
-    def start(self):
+    def start(self, first):
+        """Start the pool for the future `first`, its first task: every worker (unless on demand), then the manager thread.
+
+        Results are collected after each fork, so `first` goes to the first
+        worker up rather than after the last fork (each fork copies the
+        client's page tables: 64 take tens of milliseconds). A start cut
+        short (no descriptors or processes left, Ctrl-C, no thread at
+        interpreter exit) raises from the submit and breaks the pool; its
+        workers are terminated, the one running `first` too (the stdlib's
+        pool, whose failed start leaves the task queued, runs it at the
+        next submit that starts the pool). A result that breaks the pool
+        while it forks (one that cannot be unpickled) stops the forks, and
+        submit returns `first`, failed.
+        """
+        self.pending.push(first)
+        self.launching = True
         try:
             # Fork before the thread exists: forking a process with threads risks the child's locks.
             if not self.on_demand:
                 for worker in self.roster:
+                    if self.broken is not None:
+                        break
                     self.grow()
-            self.manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
-            self.manager.start()
+                    self.collect_if_free()
+            if self.broken is None:
+                self.manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
+                self.manager.start()
         except BaseException as exc:
-            # No descriptors or processes left, or at interpreter exit no
-            # thread can start: the workers already started are told to stop
-            # (their rings are closed, so the pool cannot start again).
-            self.close_workers()
-            self.broken = f"The pool could not start its workers: {exc!r}"
+            # The workers are terminated and the result ring closed: one may
+            # be running `first`, or wait to push its result.
+            self.terminate_broken(f"Starting them raised {brief.repr(exc)}.", None,
+                                  "The pool could not start its workers")
             self.release()
             raise
+        finally:
+            self.launching = False
+        if self.broken is not None:
+            self.release()
+            return
         _live_pools.add(self)
         self.started = True
 
@@ -303,17 +327,18 @@ cdef class Pool:
         self.launch(worker)
         self.workers.append(worker)
 
-    cdef adjust(self):
-        """On demand: start a worker unless a completed task left one idle (the stdlib's rule). Under state_lock.
+    cdef adjust(self, bint put_off=False):
+        """On demand: start a worker unless a completed task left one idle (the stdlib's rule).
 
         A paced pool puts the start off (start_deferred) while as many
         workers as there are CPUs are starting, or while earlier starts are
-        put off.
+        put off; any pool does if put_off. Under state_lock, unless put_off:
+        then it runs no Python code, so no other thread runs meanwhile.
         """
         if len(self.workers) < len(self.roster):
             if self.idle:
                 self.idle.pop()
-            elif self.paced and (self.deferred or self.starting_now() >= self.cores):
+            elif put_off or (self.paced and (self.deferred or self.starting_now() >= self.cores)):
                 self.deferred += 1   # started as results and notices are collected, or by the manager thread
             else:
                 self.grow()
@@ -420,11 +445,13 @@ cdef class Pool:
     cdef close_workers(self, kill=None):
         """Close every worker's ring, so it exits; with kill ("terminate"), signal them too; join them.
 
-        It works on its own list of the workers' parts: the manager thread may
-        let go of the pool's (release) meanwhile.
+        The rings of the whole roster: a process forked just before a start
+        was cut short (Ctrl-C) may run without the pool knowing it. It works
+        on its own list of the workers' parts: the manager thread may let go
+        of the pool's (release) meanwhile.
         """
         cdef Worker worker
-        parts = [(worker.ring, worker.process, worker.channel) for worker in self.workers]
+        parts = [(worker.ring, worker.process, worker.channel) for worker in self.roster]
         procs = [proc for _, proc, _ in parts if proc is not None]
         for ring, _, _ in parts:
             if ring is not None:
@@ -478,6 +505,18 @@ cdef class Pool:
         cell.pool = self.ref
         cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
         future = new_future(Future, cell)
+        if self.send_owner == PyThread_get_thread_ident():
+            # Submitted by the pickling code of a task that this thread is
+            # sending, under send_lock: it takes no other lock (a thread
+            # holding state_lock may wait for send_lock), and dispatch's loop
+            # sends it too or leaves it pending; a start it calls for is put off.
+            self.refuse_if_closed()
+            self.pending.push(future)
+            if counter is not None:
+                self.counters[cell] = counter
+            if self.on_demand:
+                self.adjust(True)
+            return future
         if self.started and len(self.workers) == len(self.roster):
             # Every worker has started. Nothing from here to the append runs
             # Python code, so under the GIL no other thread runs in between:
@@ -495,11 +534,14 @@ cdef class Pool:
                 self.collect_if_free()
             with self.state_lock:
                 self.refuse_if_closed()
-                if not self.started:
-                    self.start()
-                self.pending.push(future)
                 if counter is not None:
                     self.counters[cell] = counter
+                # Not while this thread starts the pool: pickling the first
+                # task runs Python code, which may submit.
+                if not self.started and not self.launching:
+                    self.start(future)
+                else:
+                    self.pending.push(future)
                 if self.on_demand:
                     try:
                         self.adjust()
@@ -556,6 +598,7 @@ cdef class Pool:
         cdef Py_ssize_t depth
         interrupted = None
         self.send_lock.take(kForever)
+        self.send_owner = PyThread_get_thread_ident()
         try:
             depth = self.depth
             if self.feeding:
@@ -601,6 +644,7 @@ cdef class Pool:
                     self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
             self.reserve()
         finally:
+            self.send_owner = 0
             self.send_lock.give()
         # Completing a future runs its callbacks, which may submit: not under send_lock.
         if unpicklable is not None:

@@ -364,8 +364,19 @@ class ExitAtUnpickle:
         return exit_with, (1,)
 
 
-def instance(cls):
-    return cls()
+class MarksWhenPickled:
+    """Creates the file at path when it is pickled (a worker sends it back), and cannot be unpickled."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        open(self.path, "w").close()
+        return refuse_unpickling, (type(self).__name__,)
+
+
+def instance(cls, *args):
+    return cls(*args)
 
 
 class NeedsTwo(Exception):

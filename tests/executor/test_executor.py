@@ -665,6 +665,115 @@ def test_a_pool_whose_thread_cannot_start_leaves_no_process(monkeypatch):
     ex.shutdown()
 
 
+def _hook_launches(monkeypatch, before):
+    """Call before(index) as each worker of a mizu pool starts, before its process does."""
+    from mizu._launchers import MultiprocessingLauncher
+
+    launch = MultiprocessingLauncher.launch
+
+    def hooked(self, index, tasks, results):
+        before(index)
+        return launch(self, index, tasks, results)
+
+    monkeypatch.setattr(MultiprocessingLauncher, "launch", hooked)
+
+
+def _until(path):
+    """A launch hook's pause: time for the first worker to come up and take its task, until path exists."""
+    if not path.exists():
+        time.sleep(0.3)
+
+
+def test_a_fork_pool_runs_its_first_task_while_it_forks_the_others(monkeypatch, tmp_path):
+    ran, seen = tmp_path / "ran", []
+
+    def before(index):
+        if index < 15:
+            _until(ran)
+        else:
+            seen.append(ran.exists())
+
+    _hook_launches(monkeypatch, before)
+    with mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork")) as ex:
+        assert ex.submit(children.announce_then_nap, str(ran), 0).result(timeout=60) == 0
+        assert len(ex._processes) == 16
+    assert seen == [True]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypatch, tmp_path):
+    """The last fork fails while the first worker runs the first task: the submit raises at once, and no
+    process, descriptor or segment is left."""
+    import errno
+
+    ran = tmp_path / "ran"
+
+    def before(index):
+        if index < 15:
+            _until(ran)
+        else:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as warm:
+        warm.submit(children.double, 1).result(timeout=60)
+    descriptors, segments = _descriptors(), mapped_segments()
+    _hook_launches(monkeypatch, before)
+    ex = mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork"))
+    start = time.monotonic()
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        ex.submit(children.announce_then_nap, str(ran), 120)
+    assert time.monotonic() - start < 60
+    assert ran.exists()
+    assert not multiprocessing.active_children()
+    assert _descriptors() <= descriptors
+    assert mapped_segments() <= segments
+    with pytest.raises(BrokenProcessPool, match="could not start its workers"):
+        ex.submit(children.double, 1)
+    ex.shutdown()
+
+
+def test_a_result_that_breaks_the_pool_while_it_forks_stops_the_forks(monkeypatch, tmp_path):
+    """The first result cannot be unpickled, and comes while the pool forks: no more workers start, and the
+    submit's future fails with BrokenProcessPool, as the stdlib's would."""
+    sent, launched = tmp_path / "sent", []
+
+    def before(index):
+        launched.append(index)
+        _until(sent)
+
+    _hook_launches(monkeypatch, before)
+    ex = mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork"))
+    future = ex.submit(children.instance, children.MarksWhenPickled, str(sent))
+    with pytest.raises(BrokenProcessPool):
+        future.result(timeout=60)
+    assert sent.exists() and len(launched) < 16
+    assert not multiprocessing.active_children()
+    with pytest.raises(BrokenProcessPool, match="could not be unpickled"):
+        ex.submit(children.double, 1)
+    ex.shutdown()
+
+
+class _SubmitsWhenPickled:
+    """Pickling it submits another task to the pool, as a user's __reduce__ may."""
+
+    def __init__(self, ex):
+        self.ex, self.inner = ex, []
+
+    def __reduce__(self):
+        self.inner.append(self.ex.submit(children.double, 21))
+        return int, (5,)
+
+
+def test_pickling_a_task_may_submit_another(executor_type, start_method):
+    """The stdlib pickles in a thread of its own; mizu pickles in the submitting thread, and the first submit's
+    pickling may come while the pool starts its workers."""
+    with executor_type(4, mp_context=multiprocessing.get_context(start_method)) as ex:
+        for _ in range(3):   # the first submit starts the pool, the next find some workers started
+            arg = _SubmitsWhenPickled(ex)
+            assert ex.submit(children.echo_value, arg).result(timeout=60) == 5
+            assert [f.result(timeout=60) for f in arg.inner] == [42]
+
+
 class _SlowToPickle:
     """Pickling it lets other threads run for a while, as a large argument's does."""
 
