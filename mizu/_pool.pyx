@@ -1114,6 +1114,11 @@ cdef class Pool:
         results. Every lock may have been held by a thread that the child
         does not have, so none is taken. The futures not done yet fail here,
         and their callbacks (the parent's) do not run.
+
+        Its workers, rings, segment and locks are kept in _inherited, not
+        freed: freeing them would write to every page they lie on, and so
+        copy it, in each worker that a fork pool forks (the child's mapping
+        of the segment lasts until it exits).
         """
         cdef Cell cell
         cdef Worker worker
@@ -1125,6 +1130,8 @@ cdef class Pool:
             futures.extend(worker.in_flight.take_all())
         self.feeding.clear()
         self.counters.clear()
+        _inherited.append((self.workers, self.roster, self.results, self.segment, self.send_lock, self.recv_lock,
+                           self.state_lock, self.kicked))
         self.workers, self.roster, self.results, self.segment = [], [], None, None
         self.send_lock, self.recv_lock, self.state_lock = Lock(), Lock(), threading.RLock()
         self.kicked = threading.Event()
@@ -1213,6 +1220,7 @@ def _signal(proc, operation):
 _live_pools = set()       # started and not yet let go of: shut down at interpreter exit
 cdef bint _interpreter_exiting = False
 _all_pools = weakref.WeakSet()
+_inherited = []           # in a forked child, what its parent's pools held (Pool.abandon)
 
 
 def _abandon_inherited_pools():
