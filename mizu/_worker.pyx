@@ -141,6 +141,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     cdef Reassembler partial = Reassembler()
     cdef dict modules = sys.modules
     cdef bint born = False
+    cdef bint first = True
     # Hands each result to _answer as the worker's last reference to it
     # (Codec.encode); one list for every task, emptied after each.
     cdef list box = []
@@ -164,11 +165,19 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     # The watch thread above ends the worker when the client dies, so an idle
     # worker need not wake often; a slice still lets signal handlers run.
     tasks.slice_ns = _IDLE_SLICE_NS
+    # The first task is waited for without spinning: the pool is starting
+    # others meanwhile (a fork pool, every worker at once), and their
+    # starts want the CPUs.
+    spin_ns = tasks.spin_ns
+    tasks.spin_ns = 0
     while True:
         try:
             message = tasks._pop(None, client, True)
         except (EOFError, _core.PeerDiedError):
             return
+        if first:
+            tasks.spin_ns = spin_ns
+            first = False
         if is_chunk(message):
             message = partial.feed(message)
             if message is None:
