@@ -1115,10 +1115,13 @@ cdef class Pool:
         does not have, so none is taken. The futures not done yet fail here,
         and their callbacks (the parent's) do not run.
 
-        Its workers, rings, segment and locks are kept in _inherited, not
-        freed: freeing them would write to every page they lie on, and so
-        copy it, in each worker that a fork pool forks (the child's mapping
-        of the segment lasts until it exits).
+        A started (or starting) pool's workers, rings, segment and locks are
+        kept in _inherited, not freed: freeing them would write to every
+        page they lie on, and so copy it, in each worker that a fork pool
+        forks. The child's mapping of the segment, and its copies of the
+        workers' descriptors, last until it exits. A pool not started yet
+        lets go of them, so that its segment is freed once its own process
+        frees it.
         """
         cdef Cell cell
         cdef Worker worker
@@ -1130,8 +1133,9 @@ cdef class Pool:
             futures.extend(worker.in_flight.take_all())
         self.feeding.clear()
         self.counters.clear()
-        _inherited.append((self.workers, self.roster, self.results, self.segment, self.send_lock, self.recv_lock,
-                           self.state_lock, self.kicked))
+        if self.started or self.launching:
+            _inherited.append((self.workers, self.roster, self.results, self.segment, self.send_lock,
+                               self.recv_lock, self.state_lock, self.kicked))
         self.workers, self.roster, self.results, self.segment = [], [], None, None
         self.send_lock, self.recv_lock, self.state_lock = Lock(), Lock(), threading.RLock()
         self.kicked = threading.Event()

@@ -165,9 +165,9 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     # The watch thread above ends the worker when the client dies, so an idle
     # worker need not wake often; a slice still lets signal handlers run.
     tasks.slice_ns = _IDLE_SLICE_NS
-    # The first task is waited for without spinning: the pool is starting
-    # others meanwhile (a fork pool, every worker at once), and their
-    # starts want the CPUs.
+    # The first task is waited for without spinning: the pool may be
+    # starting others meanwhile (a fork pool starts every worker at once),
+    # and their starts want the CPUs.
     spin_ns = tasks.spin_ns
     tasks.spin_ns = 0
     while True:
