@@ -115,6 +115,9 @@ public:
         : o_(o), rings_(std::move(rings)), client_(o.client_pid), result_waiter_(&rings_.segment->header().spin_gate),
           task_waiter_(&rings_.segment->header().spin_gate) {
         task_waiter_.set_slice_ns(kIdleSliceNs);
+        // The first task is waited for without spinning: the pool may be
+        // starting other workers meanwhile, and their starts want the CPUs.
+        task_waiter_.set_spin_limit_ns(0);
     }
 
     // Runs until the client closes the ring or exits, or max_tasks are done:
@@ -189,6 +192,10 @@ private:
             WaitStatus st = rings_.tasks.wait_pop(res, task_waiter_, opt);
             if (st == WaitStatus::closed || st == WaitStatus::peer_died) return false;
             if (st != WaitStatus::ready) continue;
+            if (first_wait_) {
+                task_waiter_.set_spin_limit_ns(Waiter::kDefaultSpinLimitNs);
+                first_wait_ = false;
+            }
             const char* data = res.data();
             std::size_t size = res.size();
             bool whole = true;
@@ -567,6 +574,7 @@ private:
     };
     Batch batch_;
 
+    bool first_wait_ = true;    // no message popped yet (the task waiter does not spin)
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
     long done_ = 0;            // tasks finished, against max_tasks
     bool retired_ = false;     // max_tasks done, the notice sent
