@@ -104,15 +104,19 @@ class _ThenRegister:
         # The module keeps its own loader, as if this one had not been.
         module.__loader__ = module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        _register_with(module)
+        _register()
 
 
-def _register_with(joblib_parallel):
+def _register():
+    import sys
+
     _stop_watching()
+    if "mizu._joblib" in sys.modules:
+        # Loaded already, or being loaded (its own imports load
+        # joblib.parallel): it registers the backend at its end.
+        return
     try:
-        from mizu._joblib import register
-
-        register(joblib_parallel)
+        import mizu._joblib  # noqa: F401  (registers the backend)
     except Exception as exc:
         import warnings
 
@@ -131,7 +135,7 @@ def _watch_for_joblib():
 
     _stop_watching()
     if "joblib.parallel" in sys.modules:
-        _register_with(sys.modules["joblib.parallel"])
+        _register()
     else:
         sys.meta_path.insert(0, _JoblibWatch)
 

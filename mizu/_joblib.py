@@ -292,6 +292,11 @@ def register(joblib_parallel):
     joblib_parallel.register_parallel_backend("mizu", MizuBackend)
 
 
+# mizu's watch (mizu/__init__.py) imports this module once joblib.parallel
+# is loaded; imported first, this module loads joblib.parallel itself.
+register(sys.modules["joblib.parallel"])
+
+
 def shutdown():
     """Shut the backend's pool down, waiting for its tasks; the next call makes another."""
     global _shared

@@ -241,18 +241,20 @@ def test_a_large_argument_goes_to_the_workers_once_per_loop():
         assert Parallel()(delayed(children.block_of)(small) for _ in range(2)) == [None, None]
 
 
-def test_importing_mizu_registers_the_backend_without_importing_joblib(tmp_path):
+def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
     folder = tmp_path
     code = ("import sys, mizu; assert 'joblib' not in sys.modules; import joblib.parallel; "
             "print('mizu' in joblib.parallel.BACKENDS)")
     reloaded = ("import importlib, mizu; importlib.reload(mizu); import joblib.parallel; "
                 "print('mizu' in joblib.parallel.BACKENDS and joblib.parallel.__loader__.__class__.__name__ != "
                 "'_ThenRegister')")
-    for program in (code, reloaded, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)"):
+    # The backend's own module first, as a fresh worker that unpickles a nested loop's task imports it.
+    backend_first = "import mizu._joblib; from joblib.parallel import BACKENDS; print('mizu' in BACKENDS)"
+    for program in (code, reloaded, "import joblib, mizu; print('mizu' in joblib.parallel.BACKENDS)", backend_first):
         # From a folder of its own: `python -c` puts the current folder first on sys.path, where a source
         # checkout's mizu/ would shadow the installed package.
-        done = subprocess.run([sys.executable, "-c", program], env=child_environ(), capture_output=True,
-                              text=True, timeout=120, cwd=folder)
+        done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", program], env=child_environ(),
+                              capture_output=True, text=True, timeout=120, cwd=folder)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "True"
 
