@@ -95,17 +95,17 @@ def obituary(process, failure, took_a_task, task, starting_hint, setup_name="ini
     launcher may die before its first task, or "".
     """
     code = process.exitcode
-    if code is not None and code < 0:
-        try:
-            how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    text = f"Process {process.pid} ({process.name}) {how}"
     stage, tb = failure if failure is not None else (None, None)
     if stage == INITIALIZER:
-        return f"{text}: its {setup_name} raised {tb.splitlines()[-1]}."
+        return f"Process {process.pid} ({process.name}) exited with code {code}: its {setup_name} raised " \
+               f"{tb.splitlines()[-1]}."
+    # The stdlib's words (3.15), and the signal's name.
+    text = f"Process {process.pid} ({process.name}) terminated abruptly with exit code {code}"
+    if code is not None and code < 0:
+        try:
+            text += f" ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
     if not took_a_task:
         text = f"{text} while starting, before it took a task"
         if starting_hint:

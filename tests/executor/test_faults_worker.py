@@ -180,7 +180,7 @@ def test_sigkill_of_an_idle_worker_breaks_the_pool(make, executor_type, context)
     ex.shutdown(wait=True)
     assert time.monotonic() - start < PROMPT
     if _is_mizu(ex):
-        _assert_names([], refusal, f"Process {victim} (mizu-worker-", "was killed by signal 9 (SIGKILL)")
+        _assert_names([], refusal, f"Process {victim} (mizu-worker-", "terminated abruptly with exit code -9 (SIGKILL)")
 
 
 def test_sigkill_mid_task_fails_every_pending_future(make, executor_type, context, tmp_path):
@@ -202,7 +202,7 @@ def test_sigkill_mid_task_fails_every_pending_future(make, executor_type, contex
         # Each future has an error of its own, so raising one does not grow
         # another's traceback (the stdlib gives them all one: python/cpython#101267).
         assert len({id(error) for error in errors}) == len(errors)
-        _assert_names(errors, refusal, f"Process {victim} (mizu-worker-", "was killed by signal 9 (SIGKILL) while "
+        _assert_names(errors, refusal, f"Process {victim} (mizu-worker-", "terminated abruptly with exit code -9 (SIGKILL) while "
                       "running children.announce_then_nap('")
 
 
@@ -231,7 +231,7 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
         release.set()
     assert first.result(timeout=WAIT) == 0.2
     errors, refusal = _broken_errors(ex, [big, *queued])
-    _assert_names(errors, refusal, f"Process {victim} (mizu-worker-0) was killed by signal 9 (SIGKILL) while "
+    _assert_names(errors, refusal, f"Process {victim} (mizu-worker-0) terminated abruptly with exit code -9 (SIGKILL) while "
                   "running children.announce_then_bytes('")
 
 
@@ -242,7 +242,7 @@ def test_segfault_while_a_large_array_result_is_copied_out(make, executor_type, 
     doomed = ex.submit(children.half_readable_array, 64 << 20)
     errors, refusal = _broken_errors(ex, [doomed])
     if _is_mizu(ex):
-        _assert_names(errors, refusal, "was killed by signal 11 (SIGSEGV) while running "
+        _assert_names(errors, refusal, "terminated abruptly with exit code -11 (SIGSEGV) while running "
                       "children.half_readable_array(67108864).")
 
 
@@ -259,7 +259,7 @@ def test_sigkill_while_a_large_argument_is_written(make, executor_type, context,
     os.kill(victim, signal.SIGKILL)
     errors, refusal = _broken_errors(ex, [busy, big, *queued])
     if _is_mizu(ex):
-        _assert_names(errors, refusal, f"Process {victim} (mizu-worker-0) was killed by signal 9 (SIGKILL) while "
+        _assert_names(errors, refusal, f"Process {victim} (mizu-worker-0) terminated abruptly with exit code -9 (SIGKILL) while "
                       "running children.announce_then_nap('")
         # The 50 MB argument appears in the message of no future, shortened or not.
         assert all(len(str(error)) < 1000 for error in errors)
@@ -300,9 +300,9 @@ def test_a_stuck_worker_that_ignores_sigterm_does_not_hold_a_broken_pool(make, c
 
 
 @pytest.mark.parametrize("fn, arg, how", [
-    (children.segfault, "null pointer", "was killed by signal 11 (SIGSEGV)"),
-    (children.segfault, "SIGSEGV", "was killed by signal 11 (SIGSEGV)"),
-    (children.die, 3, "exited with code 3"),
+    (children.segfault, "null pointer", "terminated abruptly with exit code -11 (SIGSEGV)"),
+    (children.segfault, "SIGSEGV", "terminated abruptly with exit code -11 (SIGSEGV)"),
+    (children.die, 3, "terminated abruptly with exit code 3"),
 ])
 def test_a_task_that_kills_its_worker_breaks_the_pool(make, executor_type, context, fn, arg, how):
     ex = make(executor_type, 2, mp_context=context)
@@ -338,7 +338,7 @@ def test_a_map_whose_task_kills_its_worker_raises_broken_process_pool(make, exec
     assert yielded == list(range(len(yielded))) and len(yielded) <= 7
     errors, refusal = _broken_errors(ex, [])
     if _is_mizu(ex):
-        _assert_names([info.value], refusal, "exited with code 3 while running a map batch of ", "children.die_at(")
+        _assert_names([info.value], refusal, "terminated abruptly with exit code 3 while running a map batch of ", "children.die_at(")
 
 
 # -- values that fail to pickle or unpickle ------------------------------------------------------
@@ -349,7 +349,7 @@ def test_an_argument_that_fails_to_unpickle_in_the_worker_breaks_the_pool(make, 
     doomed = ex.submit(children.echo_value, children.ErrorAtUnpickle())
     errors, refusal = _broken_errors(ex, [doomed])
     if _is_mizu(ex):
-        _assert_names(errors, refusal, "exited with code 1 while running children.echo_value(<children.ErrorAtUnpickle",
+        _assert_names(errors, refusal, "terminated abruptly with exit code 1 while running children.echo_value(<children.ErrorAtUnpickle",
                       "unpickling the task raised ValueError: ErrorAtUnpickle refuses to be unpickled.",
                       traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
 
@@ -371,7 +371,7 @@ def test_a_malformed_task_ends_its_worker_and_breaks_the_pool(make, message, lin
     assert ex.submit(children.double, 2).result(timeout=WAIT) == 4
     ex._pool.roster[0].ring.push(message, timeout=WAIT)
     errors, refusal = _broken_errors(ex, _submit_until_broken(ex, 3, children.double, 3))
-    _assert_names(errors, refusal, "exited with code 1", f"unpickling the task raised {line}", traceback=line)
+    _assert_names(errors, refusal, "terminated abruptly with exit code 1", f"unpickling the task raised {line}", traceback=line)
 
 
 @pytest.mark.parametrize("message, error, line", [

@@ -118,7 +118,7 @@ def test_a_worker_killed_mid_loop_is_named_and_the_next_loop_runs(backend):
             parallel_config(backend=backend, n_jobs=2):
         Parallel()(delayed(children.kill_self_at)(i) for i in range(20))
     if backend == "mizu":
-        assert "signal 9 (SIGKILL) while running mizu._joblib._run_batch([children.kill_self_at(" in str(raised.value)
+        assert "exit code -9 (SIGKILL) while running mizu._joblib._run_batch([children.kill_self_at(" in str(raised.value)
     with parallel_config(backend=backend, n_jobs=2):
         assert Parallel()(delayed(children.double)(i) for i in range(20)) == [2 * i for i in range(20)]
 

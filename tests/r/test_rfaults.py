@@ -47,11 +47,11 @@ def test_a_killed_r_worker_breaks_the_pool_naming_it_and_its_signal(r_library, t
         futures = [pool.submit(children.R_MARK_AND_SLEEP, str(tmp_path), mizu.zeros(1000)) for _ in range(2)]
         _running(tmp_path, 2)
         os.kill(victim.pid, signal.SIGKILL)
-        match = rf"Process {victim.pid} \(mizu-R-worker-0\) was killed by signal 9 \(SIGKILL\) while running \(function"
+        match = rf"Process {victim.pid} \(mizu-R-worker-0\) terminated abruptly with exit code -9 \(SIGKILL\) while running \(function"
     else:
         os.kill(victim.pid, signal.SIGKILL)
         futures = [pool.submit("function() { Sys.sleep(2); 1 }")]
-        match = rf"Process {victim.pid} \(mizu-R-worker-0\) was killed by signal 9 \(SIGKILL\)"
+        match = rf"Process {victim.pid} \(mizu-R-worker-0\) terminated abruptly with exit code -9 \(SIGKILL\)"
     for future in futures:
         with pytest.raises(BROKEN, match=match if future is futures[0] or when == "idle" else "terminated abruptly"):
             future.result(timeout=60)
@@ -64,7 +64,7 @@ def test_a_killed_r_worker_breaks_the_pool_naming_it_and_its_signal(r_library, t
 
 def test_quit_in_r_names_its_exit_code(r_library):
     with mizu.RExecutor(1) as pool:
-        with pytest.raises(BROKEN, match=r"\(mizu-R-worker-0\) exited with code 3 while running \(function\(\) "
+        with pytest.raises(BROKEN, match=r"\(mizu-R-worker-0\) terminated abruptly with exit code 3 while running \(function\(\) "
                                          r"quit\(status = 3\)\)\(\)"):
             pool.submit("function() quit(status = 3)").result(timeout=60)
 
@@ -76,7 +76,7 @@ def test_a_crash_in_compiled_code_names_the_signal(r_library, tmp_path):
     library = tmp_path / "crash.so"
     with mizu.RExecutor(1, setup=f"dyn.load('{library}')") as pool:
         assert pool.submit("function() is.loaded('crash')").result() is True
-        with pytest.raises(BROKEN, match=r"was killed by signal 11 \(SIGSEGV\) while running \(function\(\) "
+        with pytest.raises(BROKEN, match=r"terminated abruptly with exit code -11 \(SIGSEGV\) while running \(function\(\) "
                                          r"\.C\('crash'\)\)\(\)"):
             pool.submit("function() .C('crash')").result(timeout=60)
 
