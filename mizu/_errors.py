@@ -10,6 +10,15 @@ from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE
 
 BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 BROKEN_FUTURE = "A process in the process pool was terminated abruptly while the future was running or pending."
+# {executor}: the collected Executor's class name.
+COLLECTED = ("The {executor} was garbage collected with work pending after its last worker process exited upon "
+             "reaching max_tasks_per_child")
+COLLECTED_FUTURE = COLLECTED + "; the pending work can never be run."
+FORCED = "A worker process exited while the pool was being forcefully shut down"
+FORCED_FUTURE = f"{FORCED}; work that was still enqueued will not be run."
+NOT_REPLACED = ("A replacement worker process could not be started, leaving the pool without workers to run the "
+                "remaining work")
+NOT_REPLACED_FUTURE = f"{NOT_REPLACED}."
 TERMINATED = "The process pool was terminated, it is not usable anymore"
 TERMINATED_FUTURE = "The process pool was terminated while the future was running or pending."
 

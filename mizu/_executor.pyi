@@ -4,7 +4,7 @@ from concurrent.futures import Future
 from concurrent.futures import ProcessPoolExecutor as _StdlibProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from threading import Thread
+from threading import RLock, Thread
 from typing import Any, ParamSpec, TypeVar
 
 from mizu._insights import Insights
@@ -24,6 +24,12 @@ class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
     def _executor_manager_thread(self) -> Thread | None: ...  # type: ignore[override]
     @property
     def _broken(self) -> str | bool: ...  # type: ignore[override]
+    @property
+    def _shutdown_lock(self) -> RLock: ...  # type: ignore[override]
+    @property
+    def _force_shutting_down(self) -> bool: ...
+    @_force_shutting_down.setter
+    def _force_shutting_down(self, value: bool) -> None: ...
     def __init__(
         self,
         max_workers: int | None = None,
@@ -47,6 +53,7 @@ class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
         ) -> Iterator[_T]: ...
         def terminate_workers(self) -> None: ...
         def kill_workers(self) -> None: ...
+        def _force_shutdown(self, operation: str) -> None: ...
     else:
         def map(
             self,

@@ -135,8 +135,9 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
         launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
                                            pickling_by_value(by_value))
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
-        # Collecting the executor shuts the pool down; work already submitted still completes.
-        weakref.finalize(self, Pool.shutdown, self._pool, False, False)
+        # Collecting the executor shuts the pool down; work already submitted still completes, unless
+        # max_tasks_per_child retires every worker first.
+        weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -224,6 +225,21 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
     def _broken(self):
         return self._pool.broken or False
 
+    # And the stdlib's lock and flag for a forced shutdown, whose worker
+    # replacement they stop (gh-152967): the pool's state lock, under which
+    # it replaces a retiring worker, and its own flag.
+    @property
+    def _shutdown_lock(self):
+        return self._pool.state_lock
+
+    @property
+    def _force_shutting_down(self):
+        return self._pool.forced
+
+    @_force_shutting_down.setter
+    def _force_shutting_down(self, value):
+        self._pool.forced = value
+
     if sys.version_info >= (3, 14):
         def terminate_workers(self):
             """terminate_workers()
@@ -231,11 +247,17 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
             Shut down at once: cancel what has not started and send SIGTERM
             to every worker. Running futures get BrokenProcessPool.
             """
-            self._pool.force_shutdown("terminate")
+            return self._force_shutdown(operation="terminate")
 
         def kill_workers(self):
             """kill_workers()
 
             As `terminate_workers`, with SIGKILL.
             """
-            self._pool.force_shutdown("kill")
+            return self._force_shutdown(operation="kill")
+
+        def _force_shutdown(self, operation):
+            # The stdlib's name for what both call, "terminate" or "kill".
+            if operation not in ("terminate", "kill"):
+                raise ValueError(f"Unsupported operation: {operation!r}")
+            self._pool.force_shutdown(operation)

@@ -51,6 +51,8 @@ cdef class Pool:
     cdef bint launching                 # start() is starting the workers
     cdef public object broken, manager
     cdef public bint shutting_down, started
+    cdef readonly object collected       # its Executor's class name once it was garbage collected, else None
+    cdef public bint forced              # force_shutdown began: no retiring worker is replaced
     cdef readonly Py_ssize_t watched   # futures observed (see observe) that have not settled
     cdef size_t backlogged             # submits that left tasks waiting in `pending`, so far
     cdef public double task_seconds

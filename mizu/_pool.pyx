@@ -87,7 +87,8 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 from time import monotonic as _monotonic
 
 from mizu import _core
-from mizu._errors import (BROKEN, BROKEN_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
+from mizu._errors import (BROKEN, BROKEN_FUTURE, COLLECTED, COLLECTED_FUTURE, FORCED, FORCED_FUTURE, NOT_REPLACED,
+                          NOT_REPLACED_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
                           outline_repr, task_repr)
 from mizu._future import LazyFuture
 from mizu._pickler import named
@@ -980,12 +981,32 @@ cdef class Pool:
     cdef replace(self, Worker worker):
         worker.process.join()
         self.reassembler.forget(worker.index)
+        failed = None
         with self.state_lock:
-            if self.broken is None and not (self.shutting_down and self.outstanding() is None):
-                self.launch(worker)
-            else:
-                # It exited as asked: its end is no death for check_workers to report.
-                worker.watch = None
+            wanted = self.broken is None and not (self.shutting_down and self.outstanding() is None)
+            if wanted and self.collected is None and not self.forced:
+                try:
+                    self.launch(worker)
+                    return
+                except Exception as exc:
+                    failed = exc
+            # It exited as asked, or no successor started: its end is no
+            # death for check_workers to report.
+            worker.watch = None
+        if not wanted or any(other.watch is not None for other in self.workers):
+            return   # the other workers run the tasks left
+        # It was the last worker, and none can follow: the tasks left can
+        # never run, and fail as the stdlib's do (gh-152967).
+        last = f"Process {worker.process.pid} ({worker.process.name}) was its last worker."
+        if failed is not None:
+            self.terminate_broken(f"{last} Starting its successor raised {brief.repr(failed)}.",
+                                  "".join(traceback.format_exception(type(failed), failed, failed.__traceback__)),
+                                  NOT_REPLACED, NOT_REPLACED_FUTURE)
+        elif self.forced:
+            self.terminate_broken(last, None, FORCED, FORCED_FUTURE)
+        else:
+            self.terminate_broken(last, None, COLLECTED.format(executor=self.collected),
+                                  COLLECTED_FUTURE.format(executor=self.collected))
 
     def observe(self):
         """A future not done yet has a callback, or a thread waits on it without collecting (wait(), as_completed())."""
@@ -1184,6 +1205,11 @@ cdef class Pool:
             self.interrupt(exc)
             raise
 
+    def collect(self, executor):
+        """Its Executor (a class name) was garbage collected: shut down without waiting, replace no retiring worker."""
+        self.collected = executor
+        self.shutdown(False, False)
+
     def interrupt(self, exc):
         """Stop at once because exc interrupted a wait for the pool's tasks: cancel, terminate, fail what ran."""
         if not self.started or self.segment is None:
@@ -1193,6 +1219,9 @@ cdef class Pool:
                               f"terminated its workers.", None, TERMINATED, TERMINATED_FUTURE)
 
     def force_shutdown(self, operation):
+        with self.state_lock:
+            # Before the signals: a successor started after them would run on.
+            self.forced = True
         self.shutdown(False, True)
         for worker in self.workers:
             if worker.process is not None:

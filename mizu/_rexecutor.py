@@ -100,8 +100,9 @@ class RExecutor(concurrent.futures.Executor):
         self._max_workers = max_workers
         launcher = RLauncher(rscript, library, setup, max_tasks_per_child)
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
-        # Collecting the executor shuts the pool down; work already submitted still completes.
-        weakref.finalize(self, Pool.shutdown, self._pool, False, False)
+        # Collecting the executor shuts the pool down; work already submitted still completes, unless
+        # max_tasks_per_child retires every worker first.
+        weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)

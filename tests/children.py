@@ -284,6 +284,12 @@ def announce_then_bytes(path, nbytes):
     return b"r" * nbytes
 
 
+def announce_then_wait(path, gate, seconds=120):
+    """Announce to path, then wait for the gate file; return this worker's pid."""
+    announce(path)
+    return wait_for_file(gate, seconds)
+
+
 def announce_then_die(path, seconds):
     announce(path)
     time.sleep(seconds)

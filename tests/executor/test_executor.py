@@ -330,6 +330,56 @@ def test_max_tasks_per_child_replaces_workers(executor_type):
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]
 
 
+@pytest.mark.parametrize("why", ["collected", "forced", "no successor"])
+def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why, tmp_path, monkeypatch):
+    """A worker retired at max_tasks_per_child has no successor once its Executor was collected, while
+    terminate_workers() or kill_workers() runs, or when its successor fails to start. The last worker gone, the
+    tasks left fail with BrokenProcessPool saying why, as the stdlib's do from 3.14 (gh-152967), instead of
+    waiting for ever. (CPython's own tests hold the stdlib's pool to the same.)"""
+    import gc
+    import weakref
+
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    ex = mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
+    futures = [ex.submit(children.announce_then_wait, started, gate)] + [ex.submit(children.double, i)
+                                                                        for i in range(2)]
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started):
+        assert time.monotonic() < deadline, "the first task did not start"
+        time.sleep(0.01)
+    with open(started) as f:
+        first = int(f.read())
+    if why == "collected":
+        collected = weakref.ref(ex)
+        ex = None
+        gc.collect()
+        assert collected() is None
+        expected = "The ProcessPoolExecutor was garbage collected with work pending"
+    elif why == "forced":
+        with ex._shutdown_lock:
+            ex._force_shutting_down = True
+        expected = "while the pool was being forcefully shut down"
+    else:
+        def refuse(index):
+            raise OSError("no more processes")
+
+        _hook_launches(monkeypatch, refuse)
+        expected = "A replacement worker process could not be started"
+    open(gate, "w").close()
+    assert futures[0].result(timeout=60) == first
+    for future in futures[1:]:
+        with pytest.raises(BrokenProcessPool, match=expected) as info:
+            future.result(timeout=60)
+        assert f"Process {first} (mizu-worker-0) was its last worker." in str(info.value)
+    if why == "no successor":
+        assert "OSError: no more processes" in info.value.__cause__.tb
+    if ex is not None:
+        ex.shutdown()
+    while multiprocessing.active_children():
+        assert time.monotonic() < deadline, "a worker outlived its pool"
+        time.sleep(0.01)
+
+
 def test_many_threads_submit_at_once(executor_type):
     import threading
 
