@@ -290,6 +290,18 @@ def announce_then_wait(path, gate, seconds=120):
     return wait_for_file(gate, seconds)
 
 
+class SlowToPickle:
+    """Pickling it lets other threads run for a while, as a large argument's does; `pickling` is set as it begins."""
+
+    pickling = None   # a threading.Event a test sets here
+
+    def __reduce__(self):
+        if SlowToPickle.pickling is not None:
+            SlowToPickle.pickling.set()
+        time.sleep(0.3)
+        return (SlowToPickle, ())
+
+
 def announce_then_die(path, seconds):
     announce(path)
     time.sleep(seconds)
@@ -761,7 +773,13 @@ def _forked_child(kind, ex, blocked, writer):
         seen["map"] = _outcome(lambda: list(ex.map(double, range(3), timeout=30)))
         seen["processes"] = _outcome(lambda: len(ex._processes))
         seen["shutdown"] = _outcome(ex.shutdown)
-    with _executor(kind) as own:
+    # Not with the parent's forkserver (the default from 3.14): a forked
+    # child cannot use it (multiprocessing's ensure_running raises
+    # ChildProcessError there), whichever pool asks.
+    import multiprocessing
+
+    method = "spawn" if multiprocessing.get_start_method() == "forkserver" else None
+    with _executor(kind, method) as own:
         seen["own pool"] = list(own.map(double, range(10)))
     os.write(writer, json.dumps(seen).encode())
     os.close(writer)

@@ -824,24 +824,19 @@ def test_pickling_a_task_may_submit_another(executor_type, start_method):
             assert [f.result(timeout=60) for f in arg.inner] == [42]
 
 
-class _SlowToPickle:
-    """Pickling it lets other threads run for a while, as a large argument's does."""
-
-    def __reduce__(self):
-        time.sleep(0.3)
-        return (_SlowToPickle, ())
-
-
-def test_shutdown_waits_for_a_task_being_pickled(executor_type):
+def test_shutdown_waits_for_a_task_being_pickled(executor_type, monkeypatch):
+    pickling = threading.Event()
+    monkeypatch.setattr(children.SlowToPickle, "pickling", pickling)
     with executor_type(1) as ex:
         ex.submit(children.double, 1).result()
         submitted = []
-        thread = threading.Thread(target=lambda: submitted.append(ex.submit(children.echo_value, _SlowToPickle())))
+        thread = threading.Thread(target=lambda: submitted.append(ex.submit(children.echo_value,
+                                                                            children.SlowToPickle())))
         thread.start()
-        time.sleep(0.1)
+        assert pickling.wait(60)
         ex.shutdown(wait=True)
         thread.join()
-    assert isinstance(submitted[0].result(timeout=10), _SlowToPickle)
+    assert isinstance(submitted[0].result(timeout=10), children.SlowToPickle)
 
 
 class _InterruptsPickling:
