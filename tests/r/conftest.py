@@ -17,16 +17,24 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import require  # noqa: E402
 
+from rsession import RSession  # noqa: E402
+
 try:
     _rpackage.find_rscript()
+    _NO_R = None
 except FileNotFoundError as exc:
-    require(False, str(exc), module=True)
+    _NO_R = str(exc)
 
-from rsession import RSession  # noqa: E402
+
+@pytest.fixture(scope="session", autouse=True)
+def _r_is_installed():
+    """Each test here skips without R, saying why. (A skip at import, from a conftest, would abort pytest when
+    it is given tests/r.)"""
+    require(_NO_R is None, _NO_R)
 
 
 @pytest.fixture(scope="session")
-def r_library():
+def r_library(_r_is_installed):
     """The R library holding the R package, built on first use."""
     return _rpackage.ensure_installed()
 
