@@ -167,4 +167,6 @@ class Progress:
 
     def close(self):
         with self.lock:
-            self.end()
+            # Once: a bar its count closed is not made and drawn again.
+            if not self.closed:
+                self.end()
