@@ -94,6 +94,20 @@ def task_repr(kind, fn, first, second, calls, arg_repr=brief.repr):
             f"{call_repr(fn, (args,) if shape & SINGLE else args, {}, arg_repr)}")
 
 
+def error_of(tb):
+    """The error a traceback's text ends with, all its lines: an R worker's from its "RError: " line on, a
+    Python traceback's from the first line after its last frame that is not indented; else its last line."""
+    lines = tb.rstrip("\n").splitlines()
+    start = len(lines) - 1
+    r_error = [i for i, line in enumerate(lines) if line.startswith("RError: ")]
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if r_error:
+        start = r_error[-1]
+    elif frames:
+        start = next((i for i in range(frames[-1] + 1, len(lines)) if lines[i][:1] not in ("", " ")), start)
+    return "\n".join(lines[start:])
+
+
 def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):
     """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
 
@@ -106,8 +120,11 @@ def obituary(process, failure, took_a_task, task, starting_hint, setup_name="ini
     code = process.exitcode
     stage, tb = failure if failure is not None else (None, None)
     if stage == INITIALIZER:
-        return f"Process {process.pid} ({process.name}) exited with code {code}: its {setup_name} raised " \
-               f"{tb.splitlines()[-1]}."
+        error = error_of(tb)
+        # A full stop after it, unless it has one, or lines of its own (an R parse error's caret).
+        end = "" if "\n" in error or error.endswith(".") else "."
+        return f"Process {process.pid} ({process.name}) stopped before its first task: its {setup_name} raised " \
+               f"{error}{end}"
     # The stdlib's words (3.15), and the signal's name.
     text = f"Process {process.pid} ({process.name}) terminated abruptly with exit code {code}"
     if code is not None and code < 0:

@@ -6,6 +6,8 @@ mizu._launchers.RLauncher and answer in the terms of mizu._rcodec.
 
 import concurrent.futures
 import os
+import pathlib
+import re
 import weakref
 
 from mizu import _rpackage
@@ -15,6 +17,9 @@ from mizu._messages import CALL
 from mizu._pool import Pool
 
 __all__ = ["RExecutor"]
+
+# A setup str that is a file's name: no R code is a bare name ending in .R.
+_R_FILE = re.compile(r"[^\s();'\"]+\.[Rr]")
 
 
 def _check_function(fn):
@@ -47,8 +52,9 @@ class RExecutor(concurrent.futures.Executor):
         Number of R processes; by default the CPUs this process may use.
     setup : str or os.PathLike, optional
         Run once in each worker, in its global environment, before its
-        first task: R code in a str, or the path of an R file to source.
-        If it fails, the pool breaks with R's error.
+        first task: R code in a str, or the path of an R file to source
+        (a str that is a file's name ending in ``.R`` is one too). If it
+        fails, the pool breaks with R's error.
     max_tasks_per_child : int, optional
         Tasks a worker runs before it exits and a new one replaces it (R's
         memory fragments: a fresh process is the cure).
@@ -63,7 +69,8 @@ class RExecutor(concurrent.futures.Executor):
         `setup` is neither a str nor a path, or `max_tasks_per_child` is not
         an int.
     FileNotFoundError
-        R is not installed; the message says how to install it.
+        R is not installed (the message says how to install it), or
+        `setup` names an R file that does not exist.
     mizu._rpackage.RPackageBuildError
         mizu's R package could not be built (no compiler, say); the message
         names what is missing and ends with R's output.
@@ -89,6 +96,12 @@ class RExecutor(concurrent.futures.Executor):
             raise ValueError("max_workers must be greater than 0")
         if setup is not None and not isinstance(setup, (str, os.PathLike)):
             raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
+        if isinstance(setup, str) and _R_FILE.fullmatch(setup):
+            # A file's name, not R code (which would look the name up as a variable).
+            if not os.path.isfile(setup):
+                raise FileNotFoundError(f"setup names the R file {setup!r}, which does not exist (from "
+                                        f"{os.getcwd()}): pass R code, or the path of an existing file")
+            setup = pathlib.Path(setup)
         if max_tasks_per_child is not None:
             if not isinstance(max_tasks_per_child, int):
                 raise TypeError("max_tasks_per_child must be an integer")

@@ -443,8 +443,8 @@ def test_an_initializer_that_raises_breaks_the_pool(make, executor_type, start_m
     futures = _submit_until_broken(ex, 4, children.double, 1)
     errors, refusal = _broken_errors(ex, futures)
     if _is_mizu(ex):
-        _assert_names(errors, refusal, "(mizu-worker-", "exited with code 0: its initializer raised ValueError: "
-                      "initializer failed on purpose.", traceback="ValueError: initializer failed on purpose")
+        _assert_names(errors, refusal, "(mizu-worker-", "stopped before its first task: its initializer raised "
+                      "ValueError: initializer failed on purpose.", traceback="ValueError: initializer failed on purpose")
 
 
 def test_workers_retire_under_load_and_every_task_runs_once(make, tmp_path):

@@ -290,6 +290,8 @@ def test_setup_runs_once_in_each_worker_before_its_first_task(r_library, tmp_pat
         assert pool.submit("function() base_value").result() == 10
     with mizu.RExecutor(2, setup=script) as pool:
         assert list(pool.map("scale_by", [1, 2])) == [3, 6]
+    with mizu.RExecutor(1, setup=str(script)) as pool:
+        assert pool.submit("scale_by", 2).result() == 6
 
 
 def test_a_failed_setup_breaks_the_pool_with_r_s_error(r_library):
@@ -299,6 +301,27 @@ def test_a_failed_setup_breaks_the_pool_with_r_s_error(r_library):
             pool.submit("function() 1").result()
         with pytest.raises(cf.process.BrokenProcessPool):
             pool.submit("function() 1")
+
+
+@pytest.mark.parametrize("how", ["code", "file"])
+def test_a_setup_that_does_not_parse_breaks_the_pool_with_all_of_r_s_message(r_library, tmp_path, how):
+    """R's whole message (a parse error's line and caret too) is in the error itself, not only in its cause, and
+    it says the worker stopped, not that it exited with code 0."""
+    script = tmp_path / "bad.R"
+    script.write_text("library(stats; x <-\n")
+    with mizu.RExecutor(1, setup=script if how == "file" else "library(stats; x <-") as pool:
+        with pytest.raises(cf.process.BrokenProcessPool) as info:
+            pool.submit("function() 1").result()
+    text = str(info.value)
+    assert "(mizu-R-worker-0) stopped before its first task: its setup script raised RError: " in text, text
+    assert "unexpected ';'" in text and "1: library(stats;" in text and text.rstrip().endswith("^"), text
+    assert "exited with code" not in text
+
+
+def test_a_setup_naming_a_missing_file_is_refused_at_construction(r_library, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="'missing_file.R', which does not exist"):
+        mizu.RExecutor(1, setup="missing_file.R")
 
 
 def test_bad_arguments_are_refused_at_construction(r_library):
