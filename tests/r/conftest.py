@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import require  # noqa: E402
 
-from rsession import RSession  # noqa: E402
+from rsession import RSession, r_has_package  # noqa: E402
 
 try:
     _rpackage.find_rscript()
@@ -37,6 +37,23 @@ def _r_is_installed():
 def r_library(_r_is_installed):
     """The R library holding the R package, built on first use."""
     return _rpackage.ensure_installed()
+
+
+def _r_package(library, name, what):
+    require(r_has_package(library, name), f"R's {name} package is not installed (on Debian or Ubuntu: apt-get "
+                                          f"install r-cran-{name}), which {what}")
+
+
+@pytest.fixture(scope="session")
+def bit64(r_library):
+    """R's bit64, without which int64 columns reach R as doubles: skips (or fails under .ci/run) without it."""
+    _r_package(r_library, "bit64", "int64 columns need as R's integer64")
+
+
+@pytest.fixture(scope="session")
+def testthat(r_library):
+    """R's testthat, which runs the R package's own tests: skips (or fails under .ci/run) without it."""
+    _r_package(r_library, "testthat", "runs the R package's own tests")
 
 
 @pytest.fixture(scope="module")

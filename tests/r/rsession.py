@@ -23,6 +23,11 @@ def run_rscript(library, code, pass_fds=()):
     return done.stdout
 
 
+def r_has_package(library, name):
+    """Whether R can load the package `name`."""
+    return run_rscript(library, f"cat(requireNamespace({name!r}, quietly = TRUE))").strip() == "TRUE"
+
+
 # An R process that answers requests on its stdin and stdout: each request
 # is R code, a wire message, the out-of-band buffer records of the arena
 # arrays it names (csrc/messages.hpp) and the descriptors they index, plus

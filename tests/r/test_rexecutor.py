@@ -13,6 +13,7 @@ import os
 import re
 import time
 import warnings
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pytest
@@ -296,10 +297,10 @@ def test_setup_runs_once_in_each_worker_before_its_first_task(r_library, tmp_pat
 
 def test_a_failed_setup_breaks_the_pool_with_r_s_error(r_library):
     with mizu.RExecutor(2, setup="library(no_such_package_here)") as pool:
-        with pytest.raises(cf.process.BrokenProcessPool, match="setup script raised RError: in "
+        with pytest.raises(BrokenProcessPool, match="setup script raised RError: in "
                                                                 "library\\(no_such_package_here\\)"):
             pool.submit("function() 1").result()
-        with pytest.raises(cf.process.BrokenProcessPool):
+        with pytest.raises(BrokenProcessPool):
             pool.submit("function() 1")
 
 
@@ -310,7 +311,7 @@ def test_a_setup_that_does_not_parse_breaks_the_pool_with_all_of_r_s_message(r_l
     script = tmp_path / "bad.R"
     script.write_text("library(stats; x <-\n")
     with mizu.RExecutor(1, setup=script if how == "file" else "library(stats; x <-") as pool:
-        with pytest.raises(cf.process.BrokenProcessPool) as info:
+        with pytest.raises(BrokenProcessPool) as info:
             pool.submit("function() 1").result()
     text = str(info.value)
     assert "(mizu-R-worker-0) stopped before its first task: its setup script raised RError: " in text, text

@@ -8,13 +8,13 @@ session of their own, so clients report their pids for the `client`
 fixture to clean up after a failure.
 """
 
-import concurrent.futures as cf
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
@@ -22,7 +22,7 @@ import children
 import mizu
 from helpers import exit_all, memfd_holders, memfds_of, shm_entries
 
-BROKEN = cf.process.BrokenProcessPool
+BROKEN = BrokenProcessPool
 
 
 def _running(directory, count, timeout=60):

@@ -137,12 +137,12 @@ def frames(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(df=frames())
-def test_a_frame_of_every_dtype_round_trips_through_r(r, df):
+def test_a_frame_of_every_dtype_round_trips_through_r(r, bit64, df):
     back = r.submit(IDENTITY, df).result()
     pd.testing.assert_frame_equal(back, df, check_column_type=False)
 
 
-def test_r_sees_each_dtype_as_the_r_class_the_table_gives(r):
+def test_r_sees_each_dtype_as_the_r_class_the_table_gives(r, bit64):
     df = pd.DataFrame({
         "f": [1.5, np.nan], "i": np.array([1, 2], np.int32), "j": np.array([2**60, 3]), "b": [True, False],
         "c": pd.Categorical(["u", "v"]), "o": pd.Categorical(["u", "v"], ordered=True),

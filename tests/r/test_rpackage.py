@@ -58,7 +58,7 @@ def test_the_default_library_is_keyed_by_r_and_mizu_versions(monkeypatch, tmp_pa
     assert _rpackage.library_dir() == tmp_path / "mizu" / f"R-{r_version}-mizu-{mizu.__version__}"
 
 
-def test_the_r_package_s_own_tests_pass(r_library):
+def test_the_r_package_s_own_tests_pass(r_library, testthat):
     """The R package's testthat tests, run by Rscript against the package as it is installed."""
     tests = os.path.join(os.path.dirname(_rpackage.__file__), "rpackage", "tests", "testthat")
     code = (f"testthat::test_dir({tests!r}, package = 'mizu', load_package = 'installed', "
