@@ -69,6 +69,13 @@ def mapped_segments():
         return sum("memfd:mizu" in line for line in maps)
 
 
+# The first statement of a child interpreter that tests send SIGINT: it
+# turns SIGINT into KeyboardInterrupt as Python does in a terminal, also
+# where the tests run with SIGINT ignored (started in a shell's background,
+# as `nohup pytest &` does), which a child inherits.
+CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+
+
 class Client:
     """A client subprocess, in a session of its own: its stdout lines as they come, its stderr at the end.
 
@@ -77,7 +84,7 @@ class Client:
     """
 
     def __init__(self, call, cwd, env=None, preexec_fn=None):
-        self.proc = subprocess.Popen([sys.executable, "-c", f"import children; children.{call}"], cwd=cwd,
+        self.proc = subprocess.Popen([sys.executable, "-c", f"{CTRL_C}; import children; children.{call}"], cwd=cwd,
                                      env=child_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True, preexec_fn=preexec_fn)
         self.pid = self.proc.pid

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import children
-from helpers import child_environ, exit_all, require
+from helpers import CTRL_C, child_environ, exit_all, require
 
 try:
     import joblib
@@ -276,7 +276,7 @@ except KeyboardInterrupt:
 
 def test_ctrl_c_stops_a_loop_promptly_and_leaves_no_worker(tmp_path):
     started = tmp_path / "task"
-    program = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(started)], env=child_environ(),
+    program = subprocess.Popen([sys.executable, "-c", f"{CTRL_C}\n{INTERRUPTED}", str(started)], env=child_environ(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                cwd=tmp_path)
     try:
