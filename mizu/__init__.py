@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._rcodec import RError, RWarning
     from mizu._rexecutor import RExecutor
+del TYPE_CHECKING   # not a name of mizu's
 
 
 def __getattr__(name):

@@ -144,8 +144,19 @@ def obituary(process, failure, took_a_task, task, starting_hint, setup_name="ini
     return text + "."
 
 
+_BY_VALUE_HINT = ("mizu pickles functions by name, as the stdlib's pool does, and a worker cannot find a lambda or "
+                  "a nested function by its name: make the pool with by_value=True (it needs cloudpickle) to send "
+                  "them by value, or define the function at the top level of a module.")
+
+
 def fail_unpicklable(future, exc):
-    """Fail the future of a task that could not be pickled as the stdlib's queue feeder does: exc, remote traceback."""
+    """Fail the future of a task that could not be pickled as the stdlib's queue feeder does: exc, remote traceback.
+
+    An error about a lambda or a nested function gets a note (3.11+) on by_value.
+    """
+    text = str(exc)
+    if hasattr(exc, "add_note") and ("<lambda>" in text or "<locals>" in text or "local object" in text):
+        exc.add_note(_BY_VALUE_HINT)
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     exc.__cause__ = _RemoteTraceback('\n"""\n{}"""'.format("".join(tb)))
     future.set_exception(exc)

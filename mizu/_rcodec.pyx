@@ -58,6 +58,10 @@ class RWarning(UserWarning):
     """A warning R gave while running a task; its text is R's message, after R's call if any."""
 
 
+# Public as mizu.RError and mizu.RWarning, the names their reprs and tracebacks show.
+RError.__module__ = RWarning.__module__ = "mizu"
+
+
 def _strings(value):
     """A character vector as the wire gives it (a str if of length one, else a list), as a tuple."""
     if value is None:

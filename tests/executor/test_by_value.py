@@ -52,6 +52,10 @@ def test_without_it_they_fail_with_the_stdlibs_error(start_method, kind):
             errors.append((type(caught.value), str(caught.value)))
             assert ex.submit(children.double, 4).result(timeout=60) == 8
     assert errors[0] == errors[1]
+    if sys.version_info >= (3, 11):
+        # mizu's error has a note that says what to do (exception notes are new in 3.11).
+        notes = getattr(caught.value, "__notes__", [])
+        assert any("by_value=True" in note for note in notes), notes
 
 
 def test_functions_inside_the_arguments_travel_by_value_too(start_method):

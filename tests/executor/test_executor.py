@@ -380,6 +380,12 @@ def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why,
         time.sleep(0.01)
 
 
+def test_dir_of_mizu_lists_its_public_names_and_what_it_imports_lazily():
+    public = {name for name in dir(mizu) if not name.startswith("_")}
+    assert public == set(mizu.__all__) - {"__version__"}
+    assert all(getattr(mizu, name) is not None for name in mizu.__all__)
+
+
 def test_many_threads_submit_at_once(executor_type):
     import threading
 

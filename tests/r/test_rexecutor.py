@@ -12,6 +12,7 @@ import io
 import os
 import re
 import time
+import traceback
 import warnings
 from concurrent.futures.process import BrokenProcessPool
 
@@ -185,6 +186,9 @@ def test_an_r_error_is_an_rerror_with_r_s_message_call_classes_and_traceback(r):
     assert e.classes == ("simpleError", "error", "condition")
     assert e.traceback[-1] == "stop(\"bad value: \", y)" and "inner(x)" in e.traceback
     assert "inner(x)" in str(e.__cause__)
+    # Named as the docs name it, in reprs and tracebacks.
+    assert "".join(traceback.format_exception_only(type(e), e)).startswith("mizu.RError: ")
+    assert repr(mizu.RWarning) == "<class 'mizu.RWarning'>"
 
 
 def test_a_custom_condition_keeps_its_classes(r):
