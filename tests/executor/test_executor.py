@@ -436,14 +436,20 @@ def test_a_task_arguments_are_released_when_it_ends(executor_type):
         del kept
 
 
-def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type, start_method):
+def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type, start_method, tmp_path):
+    gate = str(tmp_path / "gate")
     with executor_type(4, mp_context=multiprocessing.get_context(start_method)) as ex:
         for x in range(3):
             assert ex.submit(children.double, x).result(timeout=60) == 2 * x
         one_by_one = len(ex._processes)
-        sleepers = [ex.submit(children.nap, 0.5) for _ in range(6)]
-        assert [f.result(timeout=60) for f in sleepers] == [0.5] * 6
+        # Tasks that find no worker idle, however long the starts take.
+        blocked = [ex.submit(children.wait_for_file, gate) for _ in range(6)]
+        deadline = time.monotonic() + 60
+        while len(ex._processes) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert len(ex._processes) == 4
+        open(gate, "w").close()
+        assert len({f.result(timeout=60) for f in blocked}) <= 4
     assert one_by_one == (4 if start_method == "fork" else 1)
 
 

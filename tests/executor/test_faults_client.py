@@ -102,7 +102,8 @@ def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
     os.kill(c.pid, signal.SIGINT)
     start = time.monotonic()
     code, err = c.wait(30)
-    assert time.monotonic() - start < 2, "the second Ctrl-C must end the wait at once"
+    # The tasks take 20 s: ending well before them is ending at once, on any machine.
+    assert time.monotonic() - start < 10, "the second Ctrl-C must end the wait at once"
     assert code == -signal.SIGINT and "KeyboardInterrupt" in err
     assert "Fatal" not in err and "FATAL" not in err
     exit_all(workers, 5)

@@ -9,6 +9,8 @@ import io
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import tqdm
@@ -232,13 +234,30 @@ print(ex.insights().workers[0].calls + ex.insights().workers[1].calls, "mizu._in
     assert out.stdout.split() == ["False", "101", "True"]
 
 
-def test_the_bar_moves_while_the_first_task_is_still_running(pool):
+def test_the_bar_moves_while_the_first_task_is_still_running(pool, tmp_path):
     """The thread waiting on a slow first result draws what the others have done, with the map's whole time."""
-    out = io.StringIO()
-    assert list(pool.map(children.nap, [1.2] + [0.0] * 99, progress={"file": out})) == [1.2] + [0.0] * 99
-    states = [(int(n), int(total)) for n, total in re.findall(r"(\d+)/(\d+)", out.getvalue())]
+    out, gate = io.StringIO(), tmp_path / "gate"
+
+    def drawn():
+        return [(int(n), int(total)) for n, total in re.findall(r"(\d+)/(\d+)", out.getvalue())]
+
+    def open_the_gate():
+        # Once the bar has drawn the other tasks done (or after a minute), and a second after the map began.
+        started = time.monotonic()
+        while not any(n >= 50 for n, _ in drawn()) and time.monotonic() < started + 60:
+            time.sleep(0.01)
+        time.sleep(max(0.0, started + 1.1 - time.monotonic()))
+        gate.touch()
+
+    opener = threading.Thread(target=open_the_gate)
+    opener.start()
+    got = list(pool.map(children.wait_for_file, [str(gate)] + [str(tmp_path)] * 99, progress={"file": out}))
+    opener.join()
+    assert len(set(got)) <= 2
+    states = drawn()
     assert any(50 <= n < 100 for n, _ in states) and states[-1] == (100, 100)
-    assert "100/100 [00:01<" in out.getvalue()
+    minutes, seconds = re.findall(r"100/100 \[(\d+):(\d+)<", out.getvalue())[-1]
+    assert 60 * int(minutes) + int(seconds) >= 1
 
 
 def test_insights_describe_any_argument_in_bounded_time_without_calling_its_repr():

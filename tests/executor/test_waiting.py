@@ -35,13 +35,13 @@ def test_wait_all_completed_mixes_done_pending_and_other_executors_futures(one):
     assert [f.result() for f in early] == [2 * i for i in range(20)] and late[2].result() == 14
 
 
-def test_wait_times_out_with_the_pending_futures_not_done(one):
-    slow = one.submit(children.nap, 1.0)
+def test_wait_times_out_with_the_pending_futures_not_done(one, tmp_path):
+    gate = str(tmp_path / "gate")
+    slow = one.submit(children.wait_for_file, gate)   # done only once the gate opens, after the timeout
     quick = one.submit(children.double, 1)
-    start = time.monotonic()
     done, not_done = cf.wait([slow, quick], timeout=0.1)
-    assert time.monotonic() - start < 0.9
     assert not done and not_done == {slow, quick}
+    open(gate, "w").close()
     done, not_done = cf.wait([slow, quick], timeout=60)
     assert done == {slow, quick} and not not_done and quick.result() == 2
 
