@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -378,6 +379,54 @@ def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why,
     while multiprocessing.active_children():
         assert time.monotonic() < deadline, "a worker outlived its pool"
         time.sleep(0.01)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="terminate_workers and kill_workers are new in Python 3.14")
+@pytest.mark.parametrize("how", ["terminate_workers", "kill_workers"])
+def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(executor_type, how, tmp_path):
+    gate = str(tmp_path / "gate")
+    ex = executor_type(2)
+    running = [ex.submit(children.announce_then_wait, str(tmp_path / f"started{i}"), gate) for i in range(2)]
+    waiting = [ex.submit(children.double, i) for i in range(4)]
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(tmp_path / f"started{i}") for i in range(2)):
+        assert time.monotonic() < deadline, "the tasks did not start"
+        time.sleep(0.01)
+    processes = list(ex._processes.values())
+    getattr(ex, how)()
+    for future in running:
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=60)
+    for future in waiting:
+        assert future.cancelled() or isinstance(future.exception(timeout=60), BrokenProcessPool)
+    with pytest.raises((BrokenProcessPool, RuntimeError)):
+        ex.submit(children.double, 1)
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == (-signal.SIGTERM if how == "terminate_workers" else -signal.SIGKILL)
+    ex.shutdown()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="map's buffersize is new in Python 3.14")
+def test_map_buffersize_submits_at_most_that_many_ahead_and_refuses_bad_values(executor_type, tmp_path):
+    with executor_type(2) as ex:
+        assert list(ex.map(children.double, range(50), buffersize=3)) == [2 * i for i in range(50)]
+        assert list(ex.map(children.add, range(20), range(20), buffersize=1, chunksize=3)) == [2 * i for i in range(20)]
+        # Calls are drawn from the iterable as results are consumed: a generator that counts what it gave.
+        given = []
+
+        def counted():
+            for i in range(1000):
+                given.append(i)
+                yield i
+
+        results = ex.map(children.double, counted(), buffersize=4)
+        assert next(results) == 0
+        assert len(given) <= 6
+        assert list(results) == [2 * i for i in range(1, 1000)]
+        for bad, error in ((0, ValueError), (-1, ValueError), (2.5, TypeError), ("3", TypeError)):
+            with pytest.raises(error, match="buffersize"):
+                ex.map(children.double, range(3), buffersize=bad)
 
 
 def test_dir_of_mizu_lists_its_public_names_and_what_it_imports_lazily():
