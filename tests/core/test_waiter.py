@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import children
+import mizu
 from mizu import _core
 
 FORK = multiprocessing.get_context("fork")
@@ -76,7 +77,7 @@ def test_blocked_call_returns_when_its_peer_is_killed(waiter, side):
     peer = start(children.sleep_forever)
     watch = _core.PeerWatch(peer.pid)
     kill_soon(peer.pid).join()
-    with pytest.raises(_core.PeerDiedError) as info:
+    with pytest.raises(mizu.PeerDiedError) as info:
         if side == "pop":
             ring.pop(timeout=60, peer=watch)
         else:
@@ -90,7 +91,7 @@ def test_peer_death_while_blocked_ends_the_wait():
     ring = _core.SpscRing(_core.Segment(1 << 16), 2, 16)
     peer = start(children.sleep_forever)
     kill_soon(peer.pid, 0.5)
-    with pytest.raises(_core.PeerDiedError):
+    with pytest.raises(mizu.PeerDiedError):
         ring.pop(timeout=60, peer=_core.PeerWatch(peer.pid))
     peer.join(10)
 

@@ -193,6 +193,9 @@ def test_insights_count_every_call_per_worker_and_name_the_slowest_tasks():
         seen = ex.insights()
         pids = set(ex._processes)
     assert len(seen.workers) == 2 and [w.index for w in seen.workers] == [0, 1]
+    # The public types, by their public names.
+    assert isinstance(seen, mizu.Insights) and all(isinstance(w, mizu.WorkerInsights) for w in seen.workers)
+    assert all(isinstance(t, mizu.SlowTask) for t in seen.slowest)
     assert sum(w.calls for w in seen.workers) == 1001
     assert {w.pid for w in seen.workers} == pids
     assert all(w.busy >= 0 and w.idle >= 0 and w.startup is not None and w.startup >= 0 for w in seen.workers)
