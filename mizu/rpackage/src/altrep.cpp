@@ -1,14 +1,12 @@
 #include "altrep.hpp"
 
 #include <R_ext/Altrep.h>
-#include <R_ext/Rallocators.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
-#include <unordered_map>
 
 namespace mizu::r {
 
@@ -247,95 +245,6 @@ const MappedBlock* view_block(SEXP x) noexcept {
 bool view_written(SEXP x) noexcept {
     View* view = is_view(x) ? view_of(x) : nullptr;
     return view && view->written();
-}
-
-namespace {
-
-// What a mapped vector's allocator carries: its mapping. Each is R's from
-// the allocation on, until R frees the vector.
-struct MappedVector {
-    std::unique_ptr<MappedBlock> block;
-};
-
-// The mapped vectors R holds, by their data; and the one being allocated,
-// which a failed allocation leaves behind for the next to free.
-std::unordered_map<const void*, MappedVector*>& mapped_vectors() {
-    static auto* all = new std::unordered_map<const void*, MappedVector*>;
-    return *all;
-}
-MappedVector* allocating = nullptr;
-
-// Room before a mapped vector's data for R's header and its copy of the
-// allocator (80 bytes in R 4.2).
-constexpr std::size_t kVectorRoom = 512;
-
-// R asks for its copy of the allocator, the vector's header and the data,
-// in that order: the data must come out at the block's bytes. Called
-// inside R's allocation, so it neither allocates nor throws.
-void* place_vector(R_allocator_t* allocator, std::size_t size) noexcept {
-    auto* v = static_cast<MappedVector*>(allocator->data);
-    std::size_t data_bytes = (v->block->size() + 7) / 8 * 8;  // R's VECRECs
-    if (size < data_bytes || size - data_bytes > kVectorRoom) return nullptr;
-    allocating = nullptr;
-    return v->block->mapped() - (size - data_bytes);
-}
-
-void free_vector(R_allocator_t* allocator, void*) noexcept {
-    auto* v = static_cast<MappedVector*>(allocator->data);
-    mapped_vectors().erase(v->block->mapped());
-    delete v;
-}
-
-// Frees what a failed allocation left behind.
-void forget_allocating() noexcept {
-    if (!allocating) return;
-    mapped_vectors().erase(allocating->block->mapped());
-    delete allocating;
-    allocating = nullptr;
-}
-
-MappedVector* mapped_vector_of(SEXP x) noexcept {
-    if (ALTREP(x) || !has_view_class(TYPEOF(x)) || XLENGTH(x) == 0) return nullptr;
-    auto& all = mapped_vectors();
-    auto found = all.find(standard_data(x));
-    return found == all.end() ? nullptr : found->second;
-}
-
-}  // namespace
-
-SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source) {
-    forget_allocating();
-    // R writes a vector's header (after its copy of the allocator) just
-    // before its data, which must be as aligned as R's own vectors.
-    if ((source.block.offset + source.start) % alignof(double) != 0)
-        throw std::invalid_argument("a mapped vector's data must be 8-byte aligned");
-    char* data;
-    {
-        // Out of scope before R is called, which may jump.
-        auto v = std::make_unique<MappedVector>(MappedVector{std::make_unique<MappedBlock>(source, kVectorRoom)});
-        data = v->block->data();
-        mapped_vectors()[data] = v.get();
-        allocating = v.release();
-    }
-    R_allocator_t allocator{place_vector, free_vector, nullptr, allocating};
-    SEXP x = Rf_allocVector3(type, length, &allocator);
-    if (allocating || standard_data(x) != static_cast<void*>(data)) {
-        // R did not place it (too short a vector for an allocator).
-        forget_allocating();
-        throw std::logic_error("R allocated a mapped vector without its allocator");
-    }
-    ++counters.mapped_vectors;
-    return x;
-}
-
-const MappedBlock* mapped_vector_block(SEXP x) noexcept {
-    MappedVector* v = mapped_vector_of(x);
-    return v ? v->block.get() : nullptr;
-}
-
-bool mapped_vector_written(SEXP x) noexcept {
-    MappedVector* v = mapped_vector_of(x);
-    return v && v->block->written();
 }
 
 ViewCounters& view_counters() noexcept { return counters; }

@@ -36,29 +36,6 @@ const MappedBlock* view_block(SEXP x) noexcept;
 // block's (for a view, false).
 bool view_written(SEXP x) noexcept;
 
-// An ordinary R vector (no ALTREP object) of `type` and `length` whose
-// data is the bytes of `source`, mapped privately, through R's custom
-// allocators (allocVector3): R reads it at full speed everywhere, also
-// element by element, and R's writes land in private pages as a view's
-// do. R's garbage collector unmaps it and drops the block's reference.
-// Unprotected; may fail with an R error (out of memory) or throw as
-// MappedBlock does, and throws std::invalid_argument unless the bytes are
-// 8-byte aligned in their segment (mapped_vector_fits). For vectors of
-// more than one element, which R allocates through an allocator.
-// allocVector3 and R_allocator_t (Rinternals.h, R_ext/Rallocators.h) are
-// R's interface for vectors in memory of a package's own.
-SEXP new_mapped_vector(SEXPTYPE type, R_xlen_t length, const BlockSource& source);
-
-// Whether new_mapped_vector can map these bytes.
-inline bool mapped_vector_fits(const BlockSource& source) noexcept {
-    return (source.block.offset + source.start) % 8 == 0;
-}
-
-// The block a vector from new_mapped_vector maps, or null if x is none;
-// and whether R wrote to it.
-const MappedBlock* mapped_vector_block(SEXP x) noexcept;
-bool mapped_vector_written(SEXP x) noexcept;
-
 // Counts since the process started (or the last reset), for tests and
 // debugging. R duplicates a vector before it modifies one that is shared:
 // a view never written to is duplicated as a new view of its block
@@ -67,7 +44,6 @@ bool mapped_vector_written(SEXP x) noexcept;
 // read as well; private_mappings the views that mapped their pages
 // privately on the first such request (a view R only reads maps nothing).
 struct ViewCounters {
-    uint64_t mapped_vectors = 0;  // new_mapped_vector's
     uint64_t made = 0;
     uint64_t released = 0;
     uint64_t copies = 0;

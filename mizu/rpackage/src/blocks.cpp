@@ -1,7 +1,6 @@
 #include "blocks.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <cerrno>
 #include <cstdio>
 #include <deque>
@@ -82,46 +81,28 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
 
 BlockHold::~BlockHold() { release_block(segment_->base(), block_.offset); }
 
-MappedBlock::MappedBlock(const BlockSource& source, std::size_t room, MapWhen when)
+MappedBlock::MappedBlock(const BlockSource& source)
     : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {
     const BlockRef& block = hold_.block();
     if (source.nbytes == 0 || source.start > block.length || source.nbytes > block.length - source.start)
         throw std::invalid_argument("bytes " + std::to_string(source.start) + " to " +
                                     std::to_string(source.start + source.nbytes) + " are no part of a block of " +
                                     std::to_string(block.length) + " bytes");
-    if (room > page_size()) throw std::invalid_argument("more room before a block's bytes than a page");
-    room_ = room ? page_size() : 0;
-    if (when == MapWhen::now) map();
 }
 
 void MappedBlock::map() {
     std::size_t page = page_size();
     uint64_t first = hold_.block().offset + start_;
     uint64_t map_at = first / page * page;
-    std::size_t file_size = round_up(first + size_ - map_at, page);
-    std::size_t mapping_size = room_ + file_size;
-    int fd = hold_.segment().fd();
-    void* mapping;
-    if (room_) {
-        // Private memory for the room, then the file's pages over the rest.
-        mapping = mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mapping != MAP_FAILED &&
-            mmap(static_cast<char*>(mapping) + room_, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
-                 off_t(map_at)) == MAP_FAILED) {
-            int error = errno;
-            munmap(mapping, mapping_size);
-            errno = error;
-            mapping = MAP_FAILED;
-        }
-    } else {
-        mapping = mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, off_t(map_at));
-    }
+    std::size_t mapping_size = round_up(first + size_ - map_at, page);
+    void* mapping =
+        mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, hold_.segment().fd(), off_t(map_at));
     if (mapping == MAP_FAILED)
         throw std::system_error(errno, std::generic_category(),
                                 "cannot map " + std::to_string(mapping_size) + " bytes of an arena block privately");
     mapping_ = mapping;
     mapping_size_ = mapping_size;
-    data_ = static_cast<char*>(mapping) + room_ + (first - map_at);
+    data_ = static_cast<char*>(mapping) + (first - map_at);
 }
 
 MappedBlock::~MappedBlock() {
@@ -134,18 +115,10 @@ bool MappedBlock::written() const noexcept {
     // One 64-bit entry per page: bit 63 present, 62 swapped, 61 a page of
     // the file (or shared) rather than a private copy.
     std::size_t page = page_size();
-    char* file_pages = static_cast<char*>(mapping_) + room_;
-    if (room_) {
-        // Whoever the room is for may have written next to the bytes, in
-        // their first page: compare that page's share of them instead.
-        std::size_t head = std::min<std::size_t>(size_, std::size_t(file_pages + page - data_));
-        if (std::memcmp(data_, hold_.shared_data() + start_, head) != 0) return true;
-        file_pages += page;
-    }
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return true;
-    std::size_t first = reinterpret_cast<uintptr_t>(file_pages) / page;
-    std::size_t pages = (static_cast<char*>(mapping_) + mapping_size_ - file_pages) / page;
+    std::size_t first = reinterpret_cast<uintptr_t>(mapping_) / page;
+    std::size_t pages = mapping_size_ / page;
     uint64_t entries[512];
     bool copied = false;
     for (std::size_t done = 0; done < pages && !copied;) {
@@ -170,8 +143,7 @@ std::unique_ptr<MappedBlock> MappedBlock::remap() const {
     const BlockRef& block = hold_.block();
     // The new mapping adopts this reference, taken on behalf of ours.
     retain_block(hold_.segment().base(), block.offset);
-    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_}, 0,
-                                         MapWhen::on_write);
+    return std::make_unique<MappedBlock>(BlockSource{block, hold_.segment().fd(), start_, size_});
 }
 
 BlockTable::BlockTable(const std::vector<messages::BufferRecord>& records, const std::vector<int>& fds) {

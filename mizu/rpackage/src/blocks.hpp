@@ -78,21 +78,16 @@ private:
 // first, and MAP_POPULATE would copy every page of a writable private
 // mapping.
 //
-// Made with MapWhen::on_write, the private pages are mapped only when
-// data() is first called: until then bytes() are the block's shared bytes,
-// in this process's mapping of its segment, whose pages stay mapped from
-// one block to the next. A vector that R only reads then costs no mapping,
-// no page faults and no unmapping.
+// The private pages are mapped only when data() is first called: until
+// then bytes() are the block's shared bytes, in this process's mapping of
+// its segment, whose pages stay mapped from one block to the next. A vector
+// that R only reads then costs no mapping, no page faults and no unmapping.
 class MappedBlock {
 public:
-    enum class MapWhen { now, on_write };
-
-    // Takes `source`'s reference (see BlockHold) and maps the pages under
-    // its [start, start + nbytes), which must lie in the block and must not
-    // be empty. With `room` (at most a page), the mapping begins with a
-    // page of private memory, so that at least that many writable bytes
-    // precede data() (an R vector's header, see altrep.hpp).
-    explicit MappedBlock(const BlockSource& source, std::size_t room = 0, MapWhen when = MapWhen::now);
+    // Takes `source`'s reference (see BlockHold) for the bytes
+    // [start, start + nbytes), which must lie in the block and must not be
+    // empty.
+    explicit MappedBlock(const BlockSource& source);
     ~MappedBlock();
     MappedBlock(const MappedBlock&) = delete;
     MappedBlock& operator=(const MappedBlock&) = delete;
@@ -118,8 +113,8 @@ public:
     // true where that cannot be known.
     bool written() const noexcept;
 
-    // Another mapping of the same bytes, made on write, with a reference
-    // of its own; it shows the block's bytes, not what was written here.
+    // Another mapping of the same bytes, with a reference of its own; it
+    // shows the block's bytes, not what was written here.
     std::unique_ptr<MappedBlock> remap() const;
 
 private:
@@ -128,7 +123,6 @@ private:
     BlockHold hold_;
     void* mapping_ = nullptr;
     std::size_t mapping_size_ = 0;
-    std::size_t room_;  // bytes of private memory the mapping begins with
     char* data_ = nullptr;  // null until mapped
     uint64_t start_;
     uint64_t size_;

@@ -618,29 +618,12 @@ private:
         bool viewable = may_view && a.storage == wire::Storage::arena && plan.r_layout && column_major(a) &&
                         uint64_t(count) * a.itemsize > kViewMinBytes;
         if (viewable) {
-            // A frame's column is an ordinary vector over the block, which
-            // R's data frame code (as.matrix, unlist) reads at full speed;
-            // any other array (or an unaligned column) a view. Another
-            // array's view is made before the block is taken, so that R
-            // failing to make it leaves the reference to the message.
-            SEXP view = R_NilValue;
-            if (!column_) {
-                view = new_view(plan.type);
-                SET_VECTOR_ELT(parent, i, view);
-            }
+            // The view is made before the block is taken, so that R failing
+            // to make it leaves the reference to the message.
+            SEXP view = new_view(plan.type);
+            SET_VECTOR_ELT(parent, i, view);
             BlockSource source = resolver_.resolve(a.buffer, a.extent);
             source.nbytes = uint64_t(count) * a.itemsize;
-            if (column_ && mapped_vector_fits(source)) {
-                SEXP out = mapped_vector(plan.type, source, count, integer64);
-                SET_VECTOR_ELT(parent, i, out);
-                set_dims(out, a);
-                if (integer64) set_class(out, "integer64");
-                return;
-            }
-            if (column_) {
-                view = new_view(plan.type);
-                SET_VECTOR_ELT(parent, i, view);
-            }
             fill_view(view, source, count, integer64);
             set_dims(view, a);
             if (integer64) set_class(view, "integer64");
@@ -658,17 +641,8 @@ private:
         if (integer64) refuse_na_integer64(static_cast<const char*>(dst), count);
     }
 
-    SEXP mapped_vector(SEXPTYPE type, const BlockSource& source, R_xlen_t count, bool integer64) {
-        SEXP out = new_mapped_vector(type, count, source);
-        // As fill_view checks; a vector refused is left to the collector.
-        const char* data = static_cast<const char*>(standard_data(out));
-        if (type == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(data), count);
-        if (integer64) refuse_na_integer64(data, count);
-        return out;
-    }
-
     void fill_view(SEXP view, const BlockSource& source, R_xlen_t count, bool integer64) {
-        auto block = std::make_unique<MappedBlock>(source, 0, MappedBlock::MapWhen::on_write);
+        auto block = std::make_unique<MappedBlock>(source);
         if (TYPEOF(view) == INTSXP) refuse_na_integers(reinterpret_cast<const int*>(block->bytes()), count);
         if (integer64) refuse_na_integer64(block->bytes(), count);
         attach_view(view, std::move(block), count);

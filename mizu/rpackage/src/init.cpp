@@ -172,7 +172,7 @@ SEXP mizu_block_view(SEXP fd, SEXP arena_id, SEXP segment_id, SEXP offset, SEXP 
         source.start = 0;
         source.nbytes = elements * item;
         SEXP view = PROTECT(new_view(r_type));
-        attach_view(view, std::make_unique<MappedBlock>(source, 0, MappedBlock::MapWhen::on_write), R_xlen_t(elements));
+        attach_view(view, std::make_unique<MappedBlock>(source), R_xlen_t(elements));
         UNPROTECT(1);
         return view;
     });
@@ -199,8 +199,7 @@ SEXP mizu_view_info(SEXP x) {
 
 SEXP mizu_view_counters(SEXP reset) {
     ViewCounters& c = view_counters();
-    SEXP out = named_numbers({{"mapped_vectors", double(c.mapped_vectors)},
-                              {"made", double(c.made)},
+    SEXP out = named_numbers({{"made", double(c.made)},
                               {"released", double(c.released)},
                               {"copies", double(c.copies)},
                               {"remaps", double(c.remaps)},

@@ -575,18 +575,13 @@ private:
     }
 
     // The block whose bytes x's elements of itemsize are, unwritten, if x
-    // is a view or mapped vector of more than the inline limit, else null.
-    // Such a vector holds what its sender sent: it needs no look for NA.
+    // is a view of more than the inline limit, else null. Such a vector
+    // holds what its sender sent: it needs no look for NA.
     const MappedBlock* unwritten_block(SEXP x, std::size_t itemsize) const noexcept {
         std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
         if (nbytes <= options_.inline_limit) return nullptr;
         const MappedBlock* block = view_block(x);
-        bool written = block ? view_written(x) : false;
-        if (!block) {
-            block = mapped_vector_block(x);
-            written = block && mapped_vector_written(x);
-        }
-        return block && !written && block->size() == nbytes ? block : nullptr;
+        return block && !view_written(x) && block->size() == nbytes ? block : nullptr;
     }
 
     template <class T>
