@@ -457,7 +457,8 @@ def test_na_in_integer_and_logical_results_comes_back_masked(r_session):
 
 def test_results_without_na_read_with_mizus_own_decoder(r_session):
     data, refs = r_session.request("list(1:3, c(a = 2.5), list(k = 'v', n = NULL), matrix(c(TRUE, FALSE), 1), "
-                                   "complex(real = 1, imaginary = 2), factor(c('u', 'v')), as.raw(1:2))",
+                                   "complex(real = 1, imaginary = 2), factor(c('u', 'v')), as.raw(1:2), "
+                                   "structure(3L, units = 's'))",
                                    message(None)[0])
     assert refs == []
     value = decode(data)
@@ -466,6 +467,8 @@ def test_results_without_na_read_with_mizus_own_decoder(r_session):
     assert_same(value[4], np.array(1 + 2j))
     assert value[5] == ["u", "v"]
     assert_same(value[6], np.array([1, 2], np.uint8))
+    # Any attribute makes a length-one vector an array, as names do.
+    assert_same(value[7], np.array([3], np.int32))
 
 
 @pytest.mark.parametrize("value, error", [

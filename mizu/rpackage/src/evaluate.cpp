@@ -44,10 +44,9 @@ SEXP shared_names(std::initializer_list<const char*> names) {
     return out;
 }
 
-// A binding of the package namespace, forced if lazy-loaded.
-SEXP package_value(SEXP ns, const char* name) {
-    SEXP value = Rf_findVarInFrame(ns, Rf_install(name));
-    if (TYPEOF(value) == PROMSXP) value = Rf_eval(value, ns);
+// A function of the package namespace.
+SEXP package_function(SEXP ns, const char* name) {
+    SEXP value = namespace_value(ns, name);
     if (!Rf_isFunction(value)) Rf_error("the mizu package has no function %s", name);
     return value;
 }
@@ -57,10 +56,10 @@ SEXP kept_objects() {
     SEXP list = PROTECT(Rf_allocVector(VECSXP, kKeptCount));
     SEXP ns = PROTECT(R_FindNamespace(PROTECT(Rf_mkString("mizu"))));
     SET_VECTOR_ELT(list, kWithCallingHandlers, Rf_findFun(Rf_install("withCallingHandlers"), R_BaseNamespace));
-    SET_VECTOR_ELT(list, kOnError, package_value(ns, "on_error"));
-    SET_VECTOR_ELT(list, kOnWarning, package_value(ns, "on_warning"));
-    SET_VECTOR_ELT(list, kFormatError, package_value(ns, "format_error"));
-    SET_VECTOR_ELT(list, kFormatWarnings, package_value(ns, "format_warnings"));
+    SET_VECTOR_ELT(list, kOnError, package_function(ns, "on_error"));
+    SET_VECTOR_ELT(list, kOnWarning, package_function(ns, "on_warning"));
+    SET_VECTOR_ELT(list, kFormatError, package_function(ns, "format_error"));
+    SET_VECTOR_ELT(list, kFormatWarnings, package_function(ns, "format_warnings"));
     SET_VECTOR_ELT(list, kNamespace, ns);
     SET_VECTOR_ELT(list, kResultNames, shared_names({"value", "error", "warnings"}));
     SET_VECTOR_ELT(list, kRecordNames, shared_names({"message", "call", "classes", "traceback"}));
@@ -275,6 +274,16 @@ void record_warning(SEXP condition) {
         SET_VECTOR_ELT(VECTOR_ELT(record, kWarnings), seen, condition);
     }
     ++seen;
+}
+
+SEXP namespace_value(SEXP ns, const char* name) {
+#if R_VERSION >= R_Version(4, 5, 0)
+    return R_getVar(Rf_install(name), ns, FALSE);
+#else
+    // Before R 4.5 the API has no R_getVar. The names asked for are the
+    // namespace's own, so evaluating one finds it there, and forces it.
+    return Rf_eval(Rf_install(name), ns);
+#endif
 }
 
 SEXP register_function(SEXP text) {

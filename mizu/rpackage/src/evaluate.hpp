@@ -52,6 +52,10 @@ SEXP session_outcome(SEXP value, bool failed);
 void record_error(SEXP condition, SEXP calls);
 void record_warning(SEXP condition);
 
+// The value of `name`, one of namespace `ns`'s own bindings, forced if
+// lazy-loaded; an R error if it is unbound.
+SEXP namespace_value(SEXP ns, const char* name);
+
 // Parses `text`, R source of one expression that evaluates to a function
 // ("function(x, p) quantile(x, p)") or the name of one ("mean",
 // "stats::median"), evaluates it once in the global environment, and keeps

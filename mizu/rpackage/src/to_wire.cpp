@@ -25,11 +25,18 @@ constexpr R_xlen_t kRegion = 512;
 // Times go to pandas in microseconds: POSIXct's doubles hold no finer.
 constexpr int64_t kTicks = 1000000;
 
+// Whether a vector of length 1 has attributes.
 bool has_attributes(SEXP x) {
 #if R_VERSION >= R_Version(4, 5, 0)
     return ANY_ATTRIB(x);
 #else
-    return ATTRIB(x) != R_NilValue;
+    // Before R 4.5 the API has no ANY_ATTRIB: identical() (16: its default
+    // flags) tells x from a copy of its element only by its attributes.
+    SEXP bare = PROTECT(Rf_allocVector(TYPEOF(x), 1));
+    Rf_copyVector(bare, x);
+    bool differs = !R_compute_identical(x, bare, 16);
+    UNPROTECT(1);
+    return differs;
 #endif
 }
 
@@ -426,7 +433,7 @@ private:
             integer64(x);
             return;
         }
-        if (XLENGTH(x) == 1 && !has_attributes(x) && TYPEOF(x) != RAWSXP) {
+        if (XLENGTH(x) == 1 && TYPEOF(x) != RAWSXP && !has_attributes(x)) {
             scalar(x);
             return;
         }

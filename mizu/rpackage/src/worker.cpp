@@ -131,8 +131,7 @@ public:
             return found;
         }));
         SEXP expression = PROTECT(r_call([&] {
-            SEXP serve = Rf_findVarInFrame(ns, Rf_install("C_serve"));
-            if (TYPEOF(serve) == PROMSXP) serve = Rf_eval(serve, ns);
+            SEXP serve = namespace_value(ns, "C_serve");
             SEXP handle = PROTECT(R_MakeExternalPtr(this, worker_tag(), R_NilValue));
             SEXP body = PROTECT(Rf_lang3(Rf_install(".Call"), serve, handle));
             SEXP wrapped = session_expression(body);
