@@ -26,11 +26,25 @@ ViewCounters counters;
 
 R_altrep_class_t double_view, integer_view, logical_view, raw_view, complex_view;
 
-View* view_of(SEXP x) noexcept { return static_cast<View*>(R_ExternalPtrAddr(R_altrep_data1(x))); }
+// The view R asked about last. Some of R's loops ask about a vector once
+// per element (R 4.2's unlist(), so as.matrix() of a data frame, asks for
+// its length and its data pointer), and reaching the View through data1
+// costs two calls into R. An address is one view's from new_view until the
+// view is released (R's collector moves nothing), so both forget it.
+struct LastView {
+    SEXP x = nullptr;
+    View* view = nullptr;
+} last;
+
+View* view_of(SEXP x) noexcept {
+    if (x != last.x) last = {x, static_cast<View*>(R_ExternalPtrAddr(R_altrep_data1(x)))};
+    return last.view;
+}
 
 void release_view(SEXP holder) {
     auto* view = static_cast<View*>(R_ExternalPtrAddr(holder));
     if (!view) return;
+    if (view == last.view) last = {};
     R_ClearExternalPtr(holder);
     delete view;
     ++counters.released;
@@ -55,23 +69,32 @@ R_xlen_t view_length(SEXP x) {
     return view ? view->length : 0;
 }
 
-// A pointer R only reads through (DATAPTR_RO, DATAPTR_OR_NULL, whose
-// results R's API types const) is to the block's shared bytes; one it may
-// write through, to the view's private pages, mapped then.
-void* dataptr(SEXP x, Rboolean writeable) {
-    if (!writeable) return const_cast<char*>(view_bytes(x));
-    MappedBlock& block = *live_view(x)->block;
+// Maps the view's private pages on R's first request for a pointer it may
+// write through.
+char* map_privately(MappedBlock& block) {
     char message[256];
     try {
-        bool first = !block.mapped();
         char* data = block.data();
-        counters.private_mappings += first;
-        ++counters.writable_pointers;
+        ++counters.private_mappings;
         return data;
     } catch (const std::exception& e) {
         std::snprintf(message, sizeof message, "%s", e.what());
     }
     Rf_error("%s", message);
+}
+
+// A pointer R only reads through (DATAPTR_RO, DATAPTR_OR_NULL, whose
+// results R's API types const) is to the block's shared bytes; one it may
+// write through, to the view's private pages, mapped then. R asks for the
+// latter to read too, some of its loops once per element (R 4.2's
+// unlist(), and so as.matrix() of a data frame): once mapped, it costs a
+// load.
+void* dataptr(SEXP x, Rboolean writeable) {
+    MappedBlock& block = *live_view(x)->block;
+    if (!writeable) return const_cast<char*>(block.bytes());
+    ++counters.writable_pointers;
+    char* data = block.mapped();
+    return data ? data : map_privately(block);
 }
 
 const void* dataptr_or_null(SEXP x) {
@@ -156,6 +179,26 @@ SEXP duplicate(SEXP x, Rboolean) {
     return copy;
 }
 
+// An integer view holds no NA until R may have written to it: its
+// sender's bytes were refused if they held INT_MIN (from_wire.cpp).
+// anyNA() skips its scan when this says so.
+int integer_no_na(SEXP x) {
+    View* view = view_of(x);
+    return view && !view->block->mapped();
+}
+
+// as.numeric() of an integer view, which R would otherwise read element by
+// element through Elt; R copies the attributes. Other coercions are R's.
+SEXP coerce_integer(SEXP x, int type) {
+    if (type != REALSXP) return nullptr;
+    R_xlen_t n = view_length(x);
+    const int* from = elements<int>(x);
+    SEXP out = Rf_allocVector(REALSXP, n);
+    double* to = REAL(out);
+    for (R_xlen_t i = 0; i < n; ++i) to[i] = from[i] == NA_INTEGER ? NA_REAL : double(from[i]);
+    return out;
+}
+
 Rboolean inspect(SEXP x, int, int, int, void (*)(SEXP, int, int, int)) {
     View* view = view_of(x);
     if (!view) {
@@ -211,6 +254,8 @@ void register_view_classes(DllInfo* dll) {
                                           R_set_altreal_Elt_method, R_set_altreal_Get_region_method);
     integer_view = make_view_class<int>(R_make_altinteger_class("mizu_integer_view", "mizu", dll),
                                         R_set_altinteger_Elt_method, R_set_altinteger_Get_region_method);
+    R_set_altinteger_No_NA_method(integer_view, integer_no_na);
+    R_set_altrep_Coerce_method(integer_view, coerce_integer);
     logical_view = make_view_class<int>(R_make_altlogical_class("mizu_logical_view", "mizu", dll),
                                         R_set_altlogical_Elt_method, R_set_altlogical_Get_region_method);
     raw_view = make_view_class<Rbyte>(R_make_altraw_class("mizu_raw_view", "mizu", dll), R_set_altraw_Elt_method,
@@ -224,6 +269,7 @@ bool has_view_class(SEXPTYPE type) noexcept { return class_of(type) != nullptr; 
 SEXP new_view(SEXPTYPE type) {
     const R_altrep_class_t* cls = class_of(type);
     if (!cls) Rf_error("no mizu view holds R vectors of type %s", Rf_type2char(type));
+    last = {};
     SEXP holder = PROTECT(R_MakeExternalPtr(nullptr, R_NilValue, R_NilValue));
     R_RegisterCFinalizerEx(holder, release_view, TRUE);
     SEXP view = R_new_altrep(*cls, holder, R_NilValue);
@@ -233,6 +279,7 @@ SEXP new_view(SEXPTYPE type) {
 
 void attach_view(SEXP view, std::unique_ptr<MappedBlock> block, R_xlen_t length) {
     R_SetExternalPtrAddr(R_altrep_data1(view), new View{std::move(block), length});
+    last = {};
     ++counters.made;
 }
 
