@@ -272,6 +272,38 @@ def test_frame_columns_in_the_arena_cross_both_ways_without_a_copy(r):
     assert block.refs == 1
 
 
+# What R computes on a frame of shared-memory columns (views), against the same frame of R's own
+# vectors in a fresh Rscript: reads through R's data frame code, NA checks, bit64, and a write.
+VIEW_SUMMARY = """function(df) {
+    w <- df
+    w$i[1] <- NA
+    w$a[2] <- -1
+    list(means = unname(colMeans(df[c("a", "i")])), counts = as.vector(table(df$i %% 7L)),
+         quantiles = unname(quantile(df$a, c(0.1, 0.5, 0.9))), cells = as.vector(as.matrix(df[1:3, c("a", "i")])),
+         no_na = c(anyNA(df$a), anyNA(df$i), anyNA(df$j)), integer64 = as.character(c(sum(df$j), max(df$j))),
+         written = c(sum(is.na(w$i)), sum(w$i, na.rm = TRUE), sum(w$a), anyNA(w$i), identical(df$i[1], 0L)))
+}"""
+
+
+def test_r_computes_on_frame_columns_in_the_arena_as_on_its_own_vectors(r, r_library):
+    n = 200_000
+    a, i, j = mizu.empty(n), mizu.empty(n, dtype=np.int32), mizu.empty(n, dtype=np.int64)
+    a[:], i[:], j[:] = np.arange(n) * 0.25 - 1e5, np.arange(n) % 1000, np.arange(n) * 40_000_003
+    got = r.submit(VIEW_SUMMARY, pd.DataFrame({"a": a, "i": i, "j": j}, copy=False)).result()
+    want = json.loads(run_rscript(r_library, f"""
+        n <- {n}
+        df <- data.frame(a = (0:(n - 1)) * 0.25 - 1e5, i = (0:(n - 1)) %% 1000L,
+                         j = bit64::as.integer64(0:(n - 1)) * bit64::as.integer64(40000003L))
+        s <- ({VIEW_SUMMARY})(df)
+        cat(paste0("{{", paste(sprintf('"%s": [%s]', names(s), vapply(s, function(v)
+            paste(if (is.character(v)) sprintf('"%s"', v) else sprintf("%.17g", as.numeric(v)), collapse = ","), "")),
+            collapse = ","), "}}"))"""))
+    assert set(got) == set(want)
+    for key, values in want.items():
+        assert np.asarray(got[key]).astype(object if key == "integer64" else float).tolist() == values, key
+    assert (a[1], i[0]) == (-1e5 + 0.25, 0)
+
+
 # -- the data sets R ships, against Rscript ------------------------------------------------------
 
 DATASETS = ["iris", "mtcars", "airquality", "ChickWeight"]

@@ -140,3 +140,71 @@ test_that("integers and logicals with NA cross as masked arrays in blocks, which
     gc()
     expect_equal(arena_stats()[["blocks"]], before)
 })
+
+test_that("a frame's numeric columns in the arena are views, which R's data frame code reads as its own", {
+    n <- 2e4
+    df <- data.frame(a = runif(n), i = sample.int(100L, n, TRUE), f = factor(sample(letters, n, TRUE)))
+    v <- big_view(df)
+    expect_false(is.null(view_info(v$a)))
+    expect_false(is.null(view_info(v$i)))
+    expect_identical(v, df)
+    reads <- list(colMeans, as.matrix, function(d) unlist(d, use.names = FALSE), function(d) c(d$a, d$i), summary,
+                  function(d) table(d$i), function(d) factor(d$i), function(d) d[d$a > 0.5, ], function(d) order(d$i, d$a),
+                  function(d) as.numeric(d$i), function(d) cumsum(d$a), function(d) range(d$a), function(d) rev(d$i),
+                  function(d) serialize(d, NULL))
+    for (f in reads) expect_identical(f(v[c("a", "i")]), f(df[c("a", "i")]))
+    expect_identical(tapply(v$a, v$f, sum), tapply(df$a, df$f, sum))
+    expect_identical(aggregate(a ~ f, v, mean), aggregate(a ~ f, df, mean))
+    expect_false(view_info(v$a)$written || view_info(v$i)$written)
+})
+
+test_that("writing to a frame's column changes a copy of it; unwritten columns go back as their blocks", {
+    n <- 2e4
+    df <- data.frame(a = runif(n), i = sample.int(100L, n, TRUE))
+    v <- big_view(df)
+    w <- v
+    w$a[1] <- -1
+    w$i[2] <- 0L
+    expect_identical(w, transform(df, a = replace(a, 1, -1), i = replace(i, 2, 0L)))
+    expect_identical(v, df)
+    expect_false(view_info(v$a)$written)
+    gc()
+    before <- arena_stats()[["blocks"]]
+    unwritten <- encode(v, inline_limit = 0)
+    expect_equal(arena_stats()[["blocks"]], before)
+    written <- encode(w, inline_limit = 0)
+    expect_equal(arena_stats()[["blocks"]], before + 2)
+    expect_identical(decode(unwritten$message, unwritten$records, unwritten$fds), df)
+    expect_identical(decode(written$message, written$records, written$fds), w)
+})
+
+test_that("NA checks of an integer view answer as for R's own vector, before and after R writes NA to it", {
+    x <- sample.int(100L, 2e4, TRUE)
+    v <- big_view(x)
+    expect_false(anyNA(v))
+    expect_identical(is.na(v), is.na(x))
+    v[7] <- NA
+    x[7] <- NA
+    expect_true(anyNA(v))
+    expect_identical(which(is.na(v)), 7L)
+    expect_identical(as.numeric(v), as.numeric(x))
+    expect_identical(mean(v, na.rm = TRUE), mean(x, na.rm = TRUE))
+    m <- big_view(matrix(x, 100))
+    storage.mode(m) <- "double"
+    expect_identical(m, matrix(as.numeric(x), 100))
+})
+
+test_that("an integer64 column is a view that bit64 reads and writes as its own vectors", {
+    skip_if_not_installed("bit64")
+    x <- bit64::as.integer64(seq_len(2e4)) * bit64::as.integer64(3e9)
+    df <- data.frame(j = x)
+    v <- big_view(df)
+    expect_false(is.null(view_info(v$j)))
+    expect_identical(v, df)
+    expect_identical(list(sum(v$j), max(v$j), as.character(v$j[1:3]), anyNA(v$j), v$j[v$j > x[19999]]),
+                     list(sum(x), max(x), as.character(x[1:3]), FALSE, x[20000]))
+    w <- v
+    w$j[1] <- bit64::NA_integer64_
+    expect_identical(which(is.na(w$j)), 1L)
+    expect_identical(v, df)
+})
