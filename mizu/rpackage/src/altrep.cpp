@@ -70,8 +70,9 @@ R_xlen_t view_length(SEXP x) {
 }
 
 // Maps the view's private pages on R's first request for a pointer it may
-// write through.
-char* map_privately(MappedBlock& block) {
+// write through. Not inlined: its message buffer would give dataptr, which
+// R may call once per element, a stack frame and a stack check.
+[[gnu::noinline]] char* map_privately(MappedBlock& block) {
     char message[256];
     try {
         char* data = block.data();
