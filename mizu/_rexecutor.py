@@ -18,8 +18,9 @@ from mizu._pool import Pool
 
 __all__ = ["RExecutor"]
 
-# A setup str that is a file's name: no R code is a bare name ending in .R.
-_R_FILE = re.compile(r"[^\s();'\"]+\.[Rr]")
+# A setup str that is a file's name: a path of plain characters ending in
+# .R, which no R code is (R code that names a file assigns or calls).
+_R_FILE = re.compile(r"[\w./~+-]+\.[Rr]")
 
 
 def _check_function(fn):
@@ -96,12 +97,12 @@ class RExecutor(concurrent.futures.Executor):
             raise ValueError("max_workers must be greater than 0")
         if setup is not None and not isinstance(setup, (str, os.PathLike)):
             raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
-        if isinstance(setup, str) and _R_FILE.fullmatch(setup):
+        if isinstance(setup, str) and setup.endswith((".R", ".r")) and os.path.isfile(os.path.expanduser(setup)):
+            setup = pathlib.Path(os.path.expanduser(setup))
+        elif isinstance(setup, str) and _R_FILE.fullmatch(setup):
             # A file's name, not R code (which would look the name up as a variable).
-            if not os.path.isfile(setup):
-                raise FileNotFoundError(f"setup names the R file {setup!r}, which does not exist (from "
-                                        f"{os.getcwd()}): pass R code, or the path of an existing file")
-            setup = pathlib.Path(setup)
+            raise FileNotFoundError(f"setup names the R file {setup!r}, which does not exist (from {os.getcwd()}): "
+                                    f"pass R code, or the path of an existing file")
         if max_tasks_per_child is not None:
             if not isinstance(max_tasks_per_child, int):
                 raise TypeError("max_tasks_per_child must be an integer")

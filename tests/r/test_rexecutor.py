@@ -327,6 +327,8 @@ def test_a_setup_naming_a_missing_file_is_refused_at_construction(r_library, tmp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="'missing_file.R', which does not exist"):
         mizu.RExecutor(1, setup="missing_file.R")
+    # R code that mentions such a name is R code.
+    mizu.RExecutor(1, setup="x<-defaults.R").shutdown()
 
 
 def test_bad_arguments_are_refused_at_construction(r_library):
