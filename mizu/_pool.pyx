@@ -1207,7 +1207,10 @@ cdef class Pool:
 
     def collect(self, executor):
         """Its Executor (a class name) was garbage collected: shut down without waiting, replace no retiring worker."""
-        self.collected = executor
+        with self.state_lock:
+            # Both at once: a retirement seen between them would break a pool with nothing pending.
+            self.collected = executor
+            self.shutting_down = True
         self.shutdown(False, False)
 
     def interrupt(self, exc):
