@@ -285,7 +285,7 @@ VIEW_SUMMARY = """function(df) {
 }"""
 
 
-def test_r_computes_on_frame_columns_in_the_arena_as_on_its_own_vectors(r, r_library):
+def test_r_computes_on_frame_columns_in_the_arena_as_on_its_own_vectors(r, r_library, bit64):
     n = 200_000
     a, i, j = mizu.empty(n), mizu.empty(n, dtype=np.int32), mizu.empty(n, dtype=np.int64)
     a[:], i[:], j[:] = np.arange(n) * 0.25 - 1e5, np.arange(n) % 1000, np.arange(n) * 40_000_003

@@ -180,14 +180,6 @@ SEXP duplicate(SEXP x, Rboolean) {
     return copy;
 }
 
-// An integer view holds no NA until R may have written to it: its
-// sender's bytes were refused if they held INT_MIN (from_wire.cpp).
-// anyNA() skips its scan when this says so.
-int integer_no_na(SEXP x) {
-    View* view = view_of(x);
-    return view && !view->block->mapped();
-}
-
 // as.numeric() of an integer view, which R would otherwise read element by
 // element through Elt; R copies the attributes. Other coercions are R's.
 SEXP coerce_integer(SEXP x, int type) {
@@ -255,7 +247,6 @@ void register_view_classes(DllInfo* dll) {
                                           R_set_altreal_Elt_method, R_set_altreal_Get_region_method);
     integer_view = make_view_class<int>(R_make_altinteger_class("mizu_integer_view", "mizu", dll),
                                         R_set_altinteger_Elt_method, R_set_altinteger_Get_region_method);
-    R_set_altinteger_No_NA_method(integer_view, integer_no_na);
     R_set_altrep_Coerce_method(integer_view, coerce_integer);
     logical_view = make_view_class<int>(R_make_altlogical_class("mizu_logical_view", "mizu", dll),
                                         R_set_altlogical_Elt_method, R_set_altlogical_Get_region_method);
