@@ -53,7 +53,9 @@ void record_error(SEXP condition, SEXP calls);
 void record_warning(SEXP condition);
 
 // The value of `name`, one of namespace `ns`'s own bindings, forced if
-// lazy-loaded; an R error if it is unbound.
+// lazy-loaded; an R error if it is unbound. (Before R 4.5, which has no
+// R_getVar, the name is evaluated in `ns`: an unbound one would be looked
+// up in its imports and beyond, which the package's own names never are.)
 SEXP namespace_value(SEXP ns, const char* name);
 
 // Parses `text`, R source of one expression that evaluates to a function
