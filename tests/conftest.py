@@ -34,6 +34,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def pytest_configure(config):
     config.addinivalue_line("markers", "stdlib_oracle_from(version): the stdlib's pool is this test's oracle only "
                             "from that Python on (before, it lacks the feature or hangs); its cases drop out before")
+    config.addinivalue_line("markers", "python_from(version): what the test exercises is new in that Python (3.14's "
+                            "terminate_workers, say); before it, the test drops out rather than skips")
 
 
 def pytest_collection_finish(session):
@@ -49,6 +51,9 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("stdlib_oracle_from")
         params = getattr(item, "callspec", None)
         if marker and params and params.params.get("executor_type") == "stdlib" and sys.version_info < marker.args[0]:
+            dropped.append(item)
+        marker = item.get_closest_marker("python_from")
+        if marker and sys.version_info < marker.args[0]:
             dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -382,7 +382,7 @@ def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why,
         time.sleep(0.01)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 14), reason="terminate_workers and kill_workers are new in Python 3.14")
+@pytest.mark.python_from((3, 14))   # terminate_workers and kill_workers
 @pytest.mark.parametrize("how", ["terminate_workers", "kill_workers"])
 def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(executor_type, how, tmp_path):
     gate = str(tmp_path / "gate")
@@ -408,7 +408,7 @@ def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(exec
     ex.shutdown()
 
 
-@pytest.mark.skipif(sys.version_info < (3, 14), reason="map's buffersize is new in Python 3.14")
+@pytest.mark.python_from((3, 14))   # map's buffersize
 def test_map_buffersize_submits_at_most_that_many_ahead_and_refuses_bad_values(executor_type, tmp_path):
     with executor_type(2) as ex:
         assert list(ex.map(children.double, range(50), buffersize=3)) == [2 * i for i in range(50)]
