@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._rcodec import RError, RWarning
     from mizu._rexecutor import RExecutor
-del TYPE_CHECKING   # not a name of mizu's
 
 
 def __getattr__(name):
@@ -54,7 +53,8 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    # TYPE_CHECKING is for type checkers (and mypy's stubtest), not a name of mizu's.
+    return sorted((set(globals()) | set(_LAZY)) - {"TYPE_CHECKING"})
 
 
 class _JoblibWatch:
