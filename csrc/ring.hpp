@@ -17,6 +17,12 @@
 // MpmcRing: any number of producers and consumers (Vyukov's bounded MPMC
 // queue): a producer or consumer claims a position with one CAS on tail or
 // head and then waits only on its own slot's turn.
+//
+// Tickets (a ring with one consumer): the producer numbers its messages
+// with increasing tickets; the consumer claims a message's ticket before it
+// acts on it, and the producer may withdraw the messages queued behind the
+// one being acted on, to act on them elsewhere. One word decides each race,
+// so a ticket is either claimed or withdrawn, never both.
 #pragma once
 
 #include <atomic>
@@ -38,6 +44,8 @@ constexpr uint32_t kMaxSlotBytes = uint32_t(1) << 24;
 // Slots are whole 64-byte lines so a slot being read and the next one being
 // written rarely share a line.
 constexpr uint32_t kSlotAlign = 64;
+// Marks a ticket word whose tickets up to the rest are withdrawn.
+constexpr uint64_t kWithdrawn = uint64_t(1) << 63;
 
 struct Slot {
     std::atomic<uint64_t> seq;  // turn number less the slot's index: pos + 1 - index once pos is complete
@@ -56,6 +64,8 @@ struct RingLayout {
     alignas(kFalseSharingRange) std::atomic<uint64_t> head;  // next position to read
     EventWord readable;  // consumers sleep here while the ring is empty
     EventWord writable;  // producers sleep here while it is full
+    // The last ticket claimed, or kWithdrawn | the last ticket withdrawn.
+    alignas(kFalseSharingRange) std::atomic<uint64_t> tickets;
     // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
 };
 
@@ -92,6 +102,32 @@ public:
     uint64_t popped() const noexcept {
         // relaxed: a count to compare, ordering nothing.
         return r_->head.load(std::memory_order_relaxed);
+    }
+
+    // Tickets, each race decided by one RMW on one word: no other memory
+    // is published through it (messages travel through the slots), so
+    // relaxed order suffices.
+    //
+    // The consumer, before acting on the message of ticket t (tickets
+    // increase message by message): false if the producer withdrew it.
+    bool claim(uint64_t ticket) noexcept {
+        uint64_t word = r_->tickets.load(std::memory_order_relaxed);
+        for (;;) {
+            if ((word & kWithdrawn) && ticket <= (word & ~kWithdrawn)) return false;
+            if (r_->tickets.compare_exchange_weak(word, ticket, std::memory_order_relaxed)) return true;
+        }
+    }
+    // The producer: withdraws the tickets after `acting` up to `last`, all
+    // pushed, provided the consumer has claimed `acting` (the oldest ticket
+    // whose outcome the producer still awaits) and nothing since. True if
+    // they are withdrawn: the consumer will claim none of them.
+    bool withdraw(uint64_t acting, uint64_t last) noexcept {
+        uint64_t word = r_->tickets.load(std::memory_order_relaxed);
+        // Withdrawn words name tickets after the acting one of their time,
+        // which the producer still awaits if it still awaits `acting`.
+        bool on_acting = word == acting || ((word & kWithdrawn) && acting <= (word & ~kWithdrawn));
+        if (!on_acting || last <= acting) return false;
+        return r_->tickets.compare_exchange_strong(word, kWithdrawn | last, std::memory_order_relaxed);
     }
 
     // After close(), pushes fail and pops drain what is left, then report closed.

@@ -1,6 +1,6 @@
 # The core's extension types, for other Cython modules of mizu to call at C speed.
 
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 from libcpp.memory cimport unique_ptr
 
 from mizu.includes.any_ring cimport AnyRing
@@ -35,6 +35,8 @@ cdef class _Ring:
     cdef int _with_buffer(self, object data, bint wait, object timeout, PeerWatch peer) except -1
     cdef object _try_pop(self)
     cdef object _pop(self, object timeout, PeerWatch peer, bint spin)
+    cdef bint _claim(self, uint64_t ticket) noexcept
+    cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept
 
 
 cdef class SpscRing(_Ring):

@@ -372,6 +372,28 @@ cdef class _Ring:
         """Messages popped so far, by any process."""
         return self.ring.get().base().popped()
 
+    def claim(self, ticket):
+        """The consumer claims the message numbered `ticket` before acting on it; False if it was withdrawn.
+
+        A ring's messages carry increasing tickets that its producer gives
+        them; a ring with one consumer only.
+        """
+        return self._claim(ticket)
+
+    def withdraw(self, acting, last):
+        """The producer withdraws the tickets after `acting` up to `last`; whether it did.
+
+        It does only while the consumer's last claim is `acting` (or a
+        withdrawal since): then the consumer will claim none of them.
+        """
+        return self._withdraw(acting, last)
+
+    cdef bint _claim(self, uint64_t ticket) noexcept:
+        return self.ring.get().base().claim(ticket)
+
+    cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept:
+        return self.ring.get().base().withdraw(acting, last)
+
     def close(self):
         """Close the ring for every process: pushes fail, pops drain what is left and then raise EOFError."""
         self.ring.get().base().close()

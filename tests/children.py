@@ -34,6 +34,8 @@ def serve(conn):
                 conn.send(exc)
         elif cmd == "pop":
             conn.send(ring.try_pop())
+        elif cmd == "claim":
+            conn.send(ring.claim(arg))
         else:
             conn.close()
             return

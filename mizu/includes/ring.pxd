@@ -18,6 +18,8 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         RingKind kind()
         uint64_t size()
         uint64_t popped()
+        bint claim(uint64_t ticket)
+        bint withdraw(uint64_t acting, uint64_t last)
         void close()
         bint closed()
 

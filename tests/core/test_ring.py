@@ -19,6 +19,17 @@ def message(n, tag):
     return bytes((tag + i) % 251 for i in range(n))
 
 
+def serve_far(ring):
+    """(conn, process): a forked process attached to ring, running the commands sent over conn (children.serve)."""
+    ctx = multiprocessing.get_context("fork")
+    conn, there = ctx.Pipe()
+    far = ctx.Process(target=children.serve, args=(there,))
+    far.start()
+    conn.send(("attach", pickle.loads(pickle.dumps(ring))))
+    conn.recv()
+    return conn, far
+
+
 class RingModel(RuleBasedStateMachine):
     """A ring behaves as a bounded FIFO of byte strings."""
 
@@ -81,12 +92,7 @@ class CrossProcessRingModel(RingModel):
     @initialize(kind=st.sampled_from(RINGS), log_capacity=st.integers(1, 5), max_message=st.integers(1, 300))
     def make(self, kind, log_capacity, max_message):
         super().make(kind, log_capacity, max_message)
-        ctx = multiprocessing.get_context("fork")
-        self.conn, there = ctx.Pipe()
-        self.far = ctx.Process(target=children.serve, args=(there,))
-        self.far.start()
-        self.conn.send(("attach", pickle.loads(pickle.dumps(self.ring))))
-        self.conn.recv()
+        self.conn, self.far = serve_far(self.ring)
         self.remote_producer = kind is _core.MpmcRing
 
     def teardown(self):
@@ -114,6 +120,95 @@ class CrossProcessRingModel(RingModel):
 
 
 TestCrossProcessRingModel = CrossProcessRingModel.TestCase
+
+
+class TicketModel(RuleBasedStateMachine):
+    """Tickets: each message the consumer takes is claimed by it or withdrawn by the producer, never both.
+
+    The producer numbers its messages; the consumer takes them in order,
+    claims each and works on it until it sends the outcome, which the
+    producer receives later. The producer withdraws the tickets behind the
+    oldest it awaits, which works while the consumer is on that one.
+    """
+
+    @initialize(kind=st.sampled_from(RINGS), far=st.booleans())
+    def make(self, kind, far):
+        self.segment = _core.Segment(1 << 16)
+        self.ring = kind(self.segment, 64, 16)
+        self.conn, self.far = serve_far(self.ring) if far else (None, None)
+        self.next_ticket = 1
+        self.queued = collections.deque()     # tickets in the ring
+        self.awaited = collections.deque()    # tickets whose outcome the producer awaits, oldest first
+        self.withdrawn = set()
+        self.claimed = []
+        self.working = None                   # the ticket the consumer works on
+        self.outcomes = collections.deque()   # sent by the consumer, not yet received
+
+    def teardown(self):
+        if getattr(self, "far", None) is not None:
+            self.conn.send(("stop", None))
+            self.far.join(10)
+
+    def claim(self, ticket):
+        if self.far is None:
+            return self.ring.claim(ticket)
+        self.conn.send(("claim", ticket))
+        return self.conn.recv()
+
+    @precondition(lambda self: len(self.queued) < 64)
+    @rule()
+    def push(self):
+        ticket = self.next_ticket
+        self.next_ticket += 1
+        assert self.ring.try_push(ticket.to_bytes(8, "little"))
+        self.queued.append(ticket)
+        self.awaited.append(ticket)
+
+    @precondition(lambda self: self.working is None and self.queued)
+    @rule()
+    def take(self):
+        ticket = int.from_bytes(self.ring.try_pop(), "little")
+        assert ticket == self.queued.popleft()
+        claimed = self.claim(ticket)
+        assert claimed == (ticket not in self.withdrawn)
+        if claimed:
+            self.claimed.append(ticket)
+            self.working = ticket
+
+    @precondition(lambda self: self.working is not None)
+    @rule()
+    def finish(self):
+        self.outcomes.append(self.working)
+        self.working = None
+
+    @precondition(lambda self: self.outcomes)
+    @rule()
+    def receive(self):
+        assert self.awaited.popleft() == self.outcomes.popleft()
+
+    @precondition(lambda self: self.awaited)
+    @rule(last=st.integers(0, 3))
+    def withdraw(self, last):
+        acting = self.awaited[0]
+        last = self.awaited[min(last, len(self.awaited) - 1)]
+        # The consumer is on the oldest awaited ticket: at work on it, or
+        # done with it and the outcome not yet received.
+        on_it = bool(self.claimed) and self.claimed[-1] == acting
+        done = self.ring.withdraw(acting, last)
+        assert done == (on_it and last > acting)
+        if done:
+            taken = [t for t in self.awaited if acting < t <= last]
+            self.withdrawn.update(taken)
+            self.awaited = collections.deque(t for t in self.awaited if t not in self.withdrawn)
+
+    @invariant()
+    def claimed_or_withdrawn(self):
+        if hasattr(self, "claimed"):
+            assert not self.withdrawn.intersection(self.claimed)
+            assert self.claimed == sorted(self.claimed)
+
+
+TestTicketModel = TicketModel.TestCase
 
 
 @pytest.mark.parametrize("kind", RINGS)
