@@ -4,6 +4,7 @@
 // process mapping the same pages.
 #include <csignal>
 #include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -127,6 +128,64 @@ void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, 
     CHECK(errors.load() == 0);
     CHECK(late.load() == 0);
     for (auto& s : seen) CHECK(s.load() == 1);
+}
+
+// Tickets under races: a producer withdraws the tickets queued behind the
+// one the consumer works on while the consumer claims them; each ticket is
+// claimed or withdrawn, never both, and the consumer skips exactly the
+// withdrawn ones. Outcomes travel back on a second ring, as results do.
+void tickets_race(uint64_t tickets, WaitBackend backend) {
+    Fixture tf(64, 16, RingKind::spsc, backend), of(64, 16, RingKind::spsc, backend);
+    std::vector<uint8_t> claimed(tickets + 1), skipped(tickets + 1), withdrawn(tickets + 1);
+    std::thread consumer([&] {
+        SpscRing tasks = tf.ring<SpscRing>(), outcomes = of.ring<SpscRing>();
+        Waiter w(&tf.seg->header().spin_gate), ow(&of.seg->header().spin_gate);
+        std::minstd_rand rng(11);
+        Reservation res;
+        while (tasks.wait_pop(res, w, WaitOptions{}) == WaitStatus::ready) {
+            uint64_t t;
+            std::memcpy(&t, res.data(), 8);
+            tasks.end_pop(res);
+            if (!tasks.claim(t)) {
+                skipped[t] = 1;
+                continue;
+            }
+            claimed[t] = 1;
+            for (uint32_t spin = rng() % 2000; spin; --spin) std::atomic_signal_fence(std::memory_order_seq_cst);
+            CHECK(outcomes.wait_push(8, res, ow, WaitOptions{}) == WaitStatus::ready);
+            std::memcpy(res.data(), &t, 8);
+            outcomes.end_push(res);
+        }
+    });
+    SpscRing tasks = tf.ring<SpscRing>(), outcomes = of.ring<SpscRing>();
+    std::deque<uint64_t> awaited;
+    std::minstd_rand rng(7);
+    uint64_t next = 1, out;
+    std::vector<char> buf(outcomes.max_message());
+    while (next <= tickets || !awaited.empty()) {
+        while (next <= tickets && awaited.size() < 48 && rng() % 4) {
+            if (!tasks.try_push(&next, 8)) break;
+            awaited.push_back(next++);
+        }
+        if (next > tickets && !tasks.closed()) tasks.close();
+        while (outcomes.try_pop(buf.data(), buf.size()) == 8) {
+            std::memcpy(&out, buf.data(), 8);
+            CHECK(!awaited.empty() && awaited.front() == out);
+            awaited.pop_front();
+        }
+        if (awaited.size() >= 2 && rng() % 3 == 0 && tasks.withdraw(awaited.front(), awaited.back())) {
+            for (std::size_t i = 1; i < awaited.size(); ++i) withdrawn[awaited[i]] = 1;
+            awaited.resize(1);
+        }
+    }
+    consumer.join();
+    uint64_t taken_back = 0;
+    for (uint64_t t = 1; t <= tickets; ++t) {
+        CHECK(claimed[t] + withdrawn[t] == 1);
+        CHECK(skipped[t] == withdrawn[t]);
+        taken_back += withdrawn[t];
+    }
+    CHECK(taken_back > 0 && taken_back < tickets);
 }
 
 // A sleeper is always woken: a ping-pong in which every wait goes through
@@ -1096,6 +1155,7 @@ int main() {
         timeouts_and_close(backend);
         waits_without_spinning(backend);
         waits_give_way(backend);
+        tickets_race(30000, backend);
     }
     StressResult r = stress_mpmc(2, 2, 20000, 64, 64, WaitBackend::native);
     CHECK(r.received == 40000 && r.duplicates == 0 && r.corrupt == 0 && r.missing == 0 && r.failed_children == 0);
