@@ -20,6 +20,7 @@ cdef class Worker:
     cdef unsigned long long last_fn_id
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
+    cdef int64_t head_since           # when the oldest task in flight became the oldest (now_ns; see Pool.rebalance)
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Pool.pick)
     cdef public bint starting         # its first process is starting, counted in Pool.coming
@@ -46,6 +47,7 @@ cdef class Pool:
     cdef readonly Fifo pending
     cdef readonly Lock send_lock, recv_lock
     cdef readonly set feeding
+    cdef bint unbalanced                # a worker may idle while tasks wait behind a running one (see rebalance)
     cdef readonly unsigned long recv_owner
     cdef unsigned long send_owner       # the thread in dispatch, holding send_lock
     cdef bint launching                 # start() is starting the workers
@@ -87,6 +89,7 @@ cdef class Pool:
     cdef reserve(self)
     cdef bytes task_message(self, Worker worker, Cell cell, Writer& w)
     cdef Worker pick(self, Py_ssize_t depth)
+    cdef bint rebalance(self) except -1
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message)
     cdef flush(self, Worker worker)
     cdef bint take_recv(self, int64_t deadline_ns) except -1

@@ -11,6 +11,9 @@ Data flow (one shared segment per pool; the rings are in it):
   dispatch()  [send_lock]
     | to the worker with the fewest tasks in flight,
     | at most `depth` each: its `in_flight` <- the future,
+    | (once nothing is pending and a worker idles, the
+    | tasks queued behind a running one are withdrawn
+    | and sent again: rebalance)
     | its task ring <- the encoded task -------- SpscRing per worker ---->  pop a task, run it
     | A full ring, or a message longer than a slot:                              |
     | the message, or the pieces of a long one,                                  |
@@ -31,7 +34,8 @@ Data flow (one shared segment per pool; the rings are in it):
     Collects only while no caller does: while a callback, wait() or
     as_completed() waits on a future not done yet (`watched`), it sleeps in
     the result ring's waiter and collects as results come, running the
-    callbacks (but naps while a thread submitting a backlog collects);
+    callbacks (waking within 2 ms while tasks may be taken back for a
+    worker that idles; but naps while a thread submitting a backlog collects);
     otherwise it wakes every 2 ms (0.2 ms while an outbox waits, 100 ms when
     nothing is outstanding) to collect what is ready and check the workers.
     Once the pool is shutting down and nothing is outstanding, it closes the
@@ -106,6 +110,7 @@ _MAX_DEPTH = 48
 _SHORT_TASK = 200e-6
 cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
 cdef double _SHORT_TASK_C = _SHORT_TASK
+cdef int64_t _SHORT_TASK_NS = <int64_t>(_SHORT_TASK * 1e9)
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
 _SLOWEST = 5          # the slowest tasks that insights() reports
 _UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
@@ -593,7 +598,7 @@ cdef class Pool:
         cdef Worker worker
         cdef Cell cell
         cdef Writer w
-        if not self.pending.size() and not self.feeding:
+        if not self.pending.size() and not self.feeding and not self.unbalanced:
             return
         cdef list unpicklable = None
         cdef Py_ssize_t depth
@@ -607,7 +612,7 @@ cdef class Pool:
                     self.flush(worker)
             # terminate_broken takes send_lock: no task is between pending
             # and in_flight while it collects them.
-            while self.pending.size() and self.broken is None:
+            while self.pending.size() and self.broken is None or self.rebalance():
                 worker = self.pick(depth)
                 if worker is None:
                     break
@@ -622,6 +627,8 @@ cdef class Pool:
                 cell.task_id = self.last_task_id
                 # In flight before it is pickled: pickling may run Python code
                 # and let another thread in, whose shutdown() must see it.
+                if not worker.in_flight.size():
+                    worker.head_since = now_ns()
                 worker.in_flight.push(future)
                 try:
                     w.clear()
@@ -742,6 +749,54 @@ cdef class Pool:
                 best = worker
         return best
 
+    cdef bint rebalance(self) except -1:
+        """Take back the tasks queued behind a running one while a worker idles; whether it did. Under send_lock.
+
+        A worker's ring holds tasks behind the one it runs so that a busy
+        pool pipelines; once nothing is pending and a worker idles, those
+        wait for nothing. The busiest worker's are withdrawn (the ring's
+        tickets decide each race with the worker: a task runs once) and
+        put back in front of `pending`, running, as reserved tasks are:
+        dispatch sends them again, to the idle workers first. Only once
+        its oldest task has run for _SHORT_TASK: fine-grained work drains
+        sooner than its tasks could be sent again. Until then, or while
+        the worker has not started that task, `unbalanced` stays set and
+        whoever collects tries again shortly (_FEED).
+        """
+        cdef Worker worker, idle = None, busiest = None
+        cdef Py_ssize_t n
+        cdef int64_t started_by = now_ns() - _SHORT_TASK_NS
+        cdef bint waiting = False
+        self.unbalanced = False
+        if self.pending.size() or self.broken is not None:
+            return False
+        for worker in self.workers:
+            if worker.outbox:
+                continue
+            n = worker.in_flight.size()
+            if n >= 2:
+                if worker.head_since > started_by:
+                    waiting = True
+                elif busiest is None or n > busiest.in_flight.size():
+                    busiest = worker
+            elif (n == 0 and idle is None and worker.up
+                  and (self.max_tasks is None or worker.started_tasks < self.max_tasks)):
+                idle = worker
+        if idle is None:
+            return False
+        if busiest is not None and not busiest.ring._withdraw(
+                cell_of(busiest.in_flight.oldest()).task_id,
+                cell_of(busiest.in_flight.at(busiest.in_flight.size() - 1)).task_id):
+            busiest, waiting = None, True   # it has not started its oldest task yet
+        self.unbalanced = waiting
+        if busiest is None:
+            return False
+        while busiest.in_flight.size() > 1:
+            self.pending.push_oldest(busiest.in_flight.pop_newest())
+            self.reserved += 1
+            busiest.started_tasks -= 1
+        return True
+
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):
         """Push the n bytes at data (message: them as bytes, or None) to worker's ring, or queue them in its outbox."""
         cdef _Ring ring = worker.ring
@@ -816,9 +871,10 @@ cdef class Pool:
             wait = min(_SLICE_NS, deadline_ns - now)
             if wait <= 0:
                 return
-            if self.feeding:
+            if self.feeding or self.unbalanced:
                 # Chunks of a large task wait for room in a worker's ring,
-                # which frees as the worker reads: keep feeding it.
+                # which frees as the worker reads: keep feeding it. Or
+                # tasks may soon be taken back for an idle worker.
                 self.dispatch()
                 wait = min(wait, _FEED_NS)
             try:
@@ -905,6 +961,7 @@ cdef class Pool:
             if worker.starting:
                 worker.starting = False
                 self.coming -= 1
+            self.unbalanced = True
             return
         if status == RETIRING:
             self.replace(worker)
@@ -914,6 +971,10 @@ cdef class Pool:
             if task_id == 0:
                 worker.failure = value
             return
+        if worker.in_flight.size():
+            worker.head_since = now_ns()
+        elif not self.pending.size():
+            self.unbalanced = True   # it idles: dispatch takes back tasks for it (rebalance)
         cell = cell_of(future)
         self.learn(m.result.seconds / cell.calls)
         worker.calls_done += cell.calls
@@ -1048,7 +1109,7 @@ cdef class Pool:
             backlogged = self.backlogged
             if self.watched and not submitting:
                 try:
-                    ring.wait_readable(_FEED if self.sending() else _SLICE)
+                    ring.wait_readable(_FEED if self.sending() else _POLL if self.unbalanced else _SLICE)
                 except EOFError:
                     break
             elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() or self.watched else _POLL):

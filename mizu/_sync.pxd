@@ -28,6 +28,7 @@ cdef class Fifo:
     cdef object at(self, Py_ssize_t i)
     cdef object pop_oldest(self)
     cdef object pop_newest(self)
+    cdef int push_oldest(self, x) except -1
     cdef bint remove(self, x) except -1
     cdef list snapshot(self)
     cdef list take_all(self)

@@ -103,6 +103,18 @@ cdef class Fifo:
         """Take the last item (the queue is not empty)."""
         return self.items.pop()
 
+    cdef int push_oldest(self, x) except -1:
+        """Put x before the first item."""
+        if self.head:
+            self.head -= 1
+            consumed = <object>PyList_GET_ITEM(self.items, self.head)   # None
+            Py_DECREF(consumed)      # the list's reference
+            Py_INCREF(x)
+            PyList_SET_ITEM(self.items, self.head, x)
+        else:
+            self.items.insert(0, x)
+        return 0
+
     cdef bint remove(self, x) except -1:
         """Take x out of the queue; False if it was not there."""
         cdef Py_ssize_t i

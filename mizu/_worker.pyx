@@ -204,6 +204,12 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
             # breaks, as the stdlib's does.
             _last_words(results, channel, index, DECODING, exc)
             raise
+        if not tasks._claim(task_id):
+            # The client took the task back to run it on an idle worker
+            # (mizu._pool.Pool.rebalance); its callable, registered above,
+            # stays this worker's.
+            del call, message, fn
+            continue
         if not born and "numpy" in modules:
             _arrays_in_the_arena()
             born = True

@@ -632,6 +632,13 @@ def wait_for_file(path, seconds=120):
     return os.getpid()
 
 
+def mark_once(directory, name, seconds=0.0):
+    """Create the file name in directory, failing if it exists: a task that runs twice fails; then sleep."""
+    open(os.path.join(directory, str(name)), "x").close()
+    time.sleep(seconds)
+    return name
+
+
 def mark_and_sleep(directory, data, seconds):
     """Leave a file named by this worker's pid in directory, so the test sees the task running; then sleep."""
     open(os.path.join(directory, str(os.getpid())), "w").close()

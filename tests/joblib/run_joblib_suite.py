@@ -31,8 +31,6 @@ DIFFERENCES = {
         "expects large arguments to arrive as np.memmap; mizu's arrive as views of shared memory",
     "test_parallel::test_memmapping_leaks":
         "expects joblib's memmapping folder; mizu's arrays never go through it",
-    "test_parallel::test_parallel_unordered_generator_returns_fastest_first":
-        "a worker holds a second task behind its running one, which then waits for the slow task",
     "test_memmapping::test_parallel_isolated_temp_folders":
         "reads the filename of the np.memmap that a large argument arrives as; mizu's is a view of shared memory",
     "test_memmapping::test_managed_backend_reuse_temp_folder":

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 import pytest
 
+import children
 import mizu
 from helpers import shm_entries
 from mizu._messages import BATCH, FLAT, SINGLE
@@ -346,6 +347,24 @@ def test_max_tasks_per_child_replaces_workers(r_library):
     with mizu.RExecutor(1, max_tasks_per_child=3) as pool:
         pids = [pool.submit("Sys.getpid").result() for _ in range(9)]
     assert len(set(pids)) == 3 and pids == sorted(pids, key=pids.index)
+
+
+def test_no_task_waits_behind_a_running_one_while_a_worker_idles(r_library, tmp_path):
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    wait = "function(started, gate) { file.create(started); while (!file.exists(gate)) Sys.sleep(0.01); 0 }"
+    # Each task creates its own file, failing if it exists: one that ran twice fails.
+    mark = "function(folder, i) { path <- file.path(folder, i); stopifnot(!file.exists(path)); file.create(path); i }"
+    with mizu.RExecutor(2) as pool:
+        running = pool.submit(wait, started, gate)
+        children.wait_for_file(started)
+        short = [pool.submit(mark, str(tmp_path), i) for i in range(20)]
+        done, late = cf.wait(short, timeout=60)
+        assert not late, f"{len(late)} of 20 short tasks waited behind the running one while a worker was idle"
+        assert not running.done()
+        open(gate, "w").close()
+        assert running.result(timeout=60) == 0
+    assert [f.result() for f in short] == list(range(20))
+    assert sorted(name for name in os.listdir(tmp_path) if name.isdigit()) == sorted(str(i) for i in range(20))
 
 
 def test_futures_work_with_wait_as_completed_callbacks_and_asyncio(r):

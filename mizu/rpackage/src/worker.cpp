@@ -234,6 +234,13 @@ private:
         PROTECT(value);
         PROTECT(callable);
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
+        if (!rings_.tasks.claim(m.task.task_id)) {
+            // The client took the task back to run it on an idle worker;
+            // the callable it brought, learned above, stays this worker's.
+            running_.active = false;
+            UNPROTECT(2);
+            return;
+        }
         running_.start_ns = now_ns();
         then_unprotect(2, [&] {
             finish_running(r_call([&] {
