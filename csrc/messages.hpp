@@ -40,6 +40,7 @@ constexpr uint8_t kWireBody = 0x57;
 constexpr uint8_t kPickleBody = 0x80;
 
 // TaskHeader::flags: the shape of the call the body carries.
+constexpr uint8_t kCall = 0x00;      // none of them: one call, its arguments a tuple
 constexpr uint8_t kBatch = 0x01;     // map's units: a list, one value per unit; else one call
 constexpr uint8_t kFlat = 0x02;      // with kBatch: a unit is one call; else a list of calls
 constexpr uint8_t kSingle = 0x04;    // with kBatch: a call's arguments are one bare value; else a tuple

@@ -14,24 +14,23 @@ from mizu.includes.messages cimport is_chunk as _is_chunk
 from mizu.includes.messages cimport Reassembler as CReassembler
 from mizu.includes.wire cimport Writer
 
-# A task's call, as the Cell of its future holds it (kind, and a batch's shape).
-cdef enum:
-    CALL = 0
-    BATCH = 0x01
-    FLAT = 0x02
-    SINGLE = 0x04
-    KEYWORDS = 0x08
-    CALLABLE = 0x10
-
-# Result statuses, and the stage of an exiting worker's failure.
-cdef enum:
-    OK = 0
-    RAISED = 1
-    RETIRING = 2
-    EXITING = 3
-    READY = 4
-    INITIALIZER = 0
-    DECODING = 1
+# The protocol's constants, from csrc/messages.hpp: a task's call as the
+# Cell of its future holds it (kind, and a batch's shape); result statuses;
+# the stage of an exiting worker's failure.
+cdef extern from "messages.hpp" nogil:
+    const int CALL "mizu::messages::kCall"
+    const int BATCH "mizu::messages::kBatch"
+    const int FLAT "mizu::messages::kFlat"
+    const int SINGLE "mizu::messages::kSingle"
+    const int KEYWORDS "mizu::messages::kKeywords"
+    const int CALLABLE "mizu::messages::kCallable"
+    const int OK "int(mizu::messages::Status::ok)"
+    const int RAISED "int(mizu::messages::Status::raised)"
+    const int RETIRING "int(mizu::messages::Status::retiring)"
+    const int EXITING "int(mizu::messages::Status::exiting)"
+    const int READY "int(mizu::messages::Status::ready)"
+    const int INITIALIZER "int(mizu::messages::Stage::initializer)"
+    const int DECODING "int(mizu::messages::Stage::decoding)"
 
 
 cdef class Codec:
