@@ -1,4 +1,4 @@
-# Evaluation that returns errors as records (src/evaluate.hpp).
+# Evaluation that returns errors as records (src/evaluate.h).
 
 # list(value =, error =, warnings =) of evaluating `call` in `env`.
 eval_safely <- function(call, env = globalenv()) .Call(C_eval_safely, call, env)

@@ -1,4 +1,4 @@
-#include "altrep.hpp"
+#include "altrep.h"
 
 #include <R_ext/Altrep.h>
 

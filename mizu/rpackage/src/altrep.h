@@ -1,4 +1,4 @@
-// R vectors whose data is a block of a pool's shared arena (blocks.hpp):
+// R vectors whose data is a block of a pool's shared arena (blocks.h):
 // double, integer, logical, raw and complex views, which R reads in the
 // block's shared pages and writes in private pages mapped over it.
 //
@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "blocks.hpp"
-#include "r_api.hpp"
+#include "blocks.h"
+#include "r_api.h"
 
 namespace mizu::r {
 

@@ -1,4 +1,4 @@
-#include "blocks.hpp"
+#include "blocks.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -3,7 +3,7 @@
 // them: shared to read, mapped privately to write.
 //
 // Nothing here calls R, so these objects may live where R calls are not
-// (see unwind.hpp).
+// (see unwind.h).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "evaluate.hpp"
+#include "evaluate.h"
 
 #include <algorithm>
 #include <initializer_list>

@@ -11,10 +11,10 @@
 //
 // These functions allocate outside R_tryEvalSilent, so out of memory there
 // is an R error like any other allocation's: a caller holding objects with
-// destructors calls them inside r_call (unwind.hpp).
+// destructors calls them inside r_call (unwind.h).
 #pragma once
 
-#include "r_api.hpp"
+#include "r_api.h"
 
 namespace mizu::r {
 

@@ -1,5 +1,5 @@
 // Wire values to R values. The walk runs inside one r_call and keeps the
-// rules of unwind.hpp: its frames hold nothing with a destructor where they
+// rules of unwind.h: its frames hold nothing with a destructor where they
 // call R, every new R object goes into its parent list at once (the
 // outermost into a protected holder), and a holder a part needs of its
 // own is unprotected by then_unprotect when a C++ exception passes; code
@@ -14,9 +14,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "altrep.hpp"
-#include "unwind.hpp"
-#include "values.hpp"
+#include "altrep.h"
+#include "unwind.h"
+#include "values.h"
 
 namespace mizu::r {
 

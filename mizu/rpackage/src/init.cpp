@@ -1,5 +1,5 @@
 // The package's .Call routines and their registration. Each reads its R
-// arguments before it makes any object with a destructor (unwind.hpp).
+// arguments before it makes any object with a destructor (unwind.h).
 #include <algorithm>
 #include <R_ext/Rdynload.h>
 
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "altrep.hpp"
-#include "evaluate.hpp"
-#include "unwind.hpp"
-#include "values.hpp"
-#include "worker.hpp"
+#include "altrep.h"
+#include "evaluate.h"
+#include "unwind.h"
+#include "values.h"
+#include "worker.h"
 
 using namespace mizu;
 using namespace mizu::r;
@@ -266,7 +266,7 @@ SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_
     });
 }
 
-// serve(handle): one session of the worker loop (worker.hpp).
+// serve(handle): one session of the worker loop (worker.h).
 SEXP mizu_serve(SEXP handle) {
     return entry([&] { return serve_worker(handle); });
 }

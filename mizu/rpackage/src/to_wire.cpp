@@ -1,5 +1,5 @@
 // R values to wire values. The walk runs inside one r_call and keeps the
-// rules of unwind.hpp: its frames hold nothing with a destructor where they
+// rules of unwind.h: its frames hold nothing with a destructor where they
 // call R; the Writer and the outgoing blocks live in the caller's frame.
 #include <algorithm>
 #include <climits>
@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "altrep.hpp"
-#include "unwind.hpp"
-#include "values.hpp"
+#include "altrep.h"
+#include "unwind.h"
+#include "values.h"
 
 namespace mizu::r {
 

@@ -1,4 +1,4 @@
-#include "unwind.hpp"
+#include "unwind.h"
 
 namespace mizu::r::detail {
 

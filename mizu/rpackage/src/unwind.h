@@ -24,7 +24,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "r_api.hpp"
+#include "r_api.h"
 
 namespace mizu::r {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "arena.hpp"
-#include "blocks.hpp"
+#include "blocks.h"
 #include "messages.hpp"
-#include "r_api.hpp"
+#include "r_api.h"
 #include "wire.hpp"
 
 namespace mizu::r {

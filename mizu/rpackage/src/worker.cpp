@@ -4,10 +4,10 @@
 // them.
 //
 // The loop's frame holds C++ objects (the segment, rings, buffers), so
-// every R call below it runs inside r_call (unwind.hpp) or, for the
-// sessions the tasks run in (evaluate.hpp), under R_tryEvalSilent, which
+// every R call below it runs inside r_call (unwind.h) or, for the
+// sessions the tasks run in (evaluate.h), under R_tryEvalSilent, which
 // no jump leaves; values it keeps across R calls are on R's PROTECT stack.
-#include "worker.hpp"
+#include "worker.h"
 
 #include <atomic>
 #include <cstring>
@@ -22,13 +22,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "evaluate.hpp"
+#include "evaluate.h"
 #include "liveness.hpp"
 #include "messages.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
-#include "unwind.hpp"
-#include "values.hpp"
+#include "unwind.h"
+#include "values.h"
 
 namespace mizu::r {
 
@@ -121,7 +121,7 @@ public:
     }
 
     // Runs until the client closes the ring or exits, or max_tasks are done:
-    // serve() inside sessions (evaluate.hpp), a new one after each R error,
+    // serve() inside sessions (evaluate.h), a new one after each R error,
     // which fails the call that raised it.
     void run() {
         SEXP ns = PROTECT(r_call([] {

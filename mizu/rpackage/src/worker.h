@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <sys/types.h>
 
-#include "r_api.hpp"
+#include "r_api.h"
 
 namespace mizu::r {
 
