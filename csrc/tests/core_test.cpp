@@ -1099,14 +1099,14 @@ void peers_exit() {
 
 // A process whose watch thread sees its peer exit ends at once, whatever its
 // main thread is doing (here: waiting for a signal that never comes).
-void exit_with_peer() {
+void die_with_peer() {
     int gone[2], watching[2];
     CHECK(pipe(gone) == 0 && pipe(watching) == 0);
     pid_t peer = fork();
     if (peer == 0) {
         pid_t watcher = fork();
         if (watcher == 0) {
-            PeerWatch::exit_with(getppid(), 7);
+            PeerWatch::die_with(getppid());
             char c = 1;
             if (write(watching[1], &c, 1) != 1) _exit(1);
             for (;;) pause();
@@ -1134,7 +1134,7 @@ int main() {
     wire_survives_garbage(300000);
     segments();
     peers_exit();
-    exit_with_peer();
+    die_with_peer();
     ring_headers();
     arena_model();
     arena_churn();

@@ -10,4 +10,4 @@ cdef extern from "liveness.hpp" namespace "mizu" nogil:
         @staticmethod
         bint any_exited(PeerWatch** peers, size_t n) except +raise_py_error
         @staticmethod
-        void exit_with(pid_t pid, int code) except +raise_py_error
+        void die_with(pid_t pid) except +raise_py_error

@@ -17,7 +17,6 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -97,16 +96,6 @@ Rings attach_rings(const WorkerOptions& o) {
 SEXP worker_tag() {
     static SEXP tag = Rf_install("mizu_worker");
     return tag;
-}
-
-// Ends this process as soon as the client is gone, whatever R is doing.
-void watch_client(pid_t client) {
-    std::thread([client] {
-        PeerWatch watch(client);
-        while (!watch.wait_exit(-1)) {
-        }
-        _exit(1);
-    }).detach();
 }
 
 class Worker {
@@ -609,7 +598,9 @@ SEXP serve_worker(SEXP handle) {
 }
 
 void run_worker(const WorkerOptions& options, SEXP setup) {
-    watch_client(options.client_pid);
+    // A task may run for hours; a thread of the core's ends the worker as
+    // soon as the client is gone, whatever R is doing.
+    PeerWatch::die_with(options.client_pid);
     keep_freed_memory();
     Worker worker(options, attach_rings(options));
     if (setup != R_NilValue) {
