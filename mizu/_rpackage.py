@@ -13,6 +13,12 @@ goes to a staging library that replaces the old one in one rename.
 To build ahead of time, for instance in a container image::
 
     python -m mizu._rpackage
+
+To write the R package's sources as its build sees them, tests included,
+for ``R CMD build`` and ``R CMD check`` (``.ci/r-check`` runs both, from a
+checkout)::
+
+    python -m mizu._rpackage --source DIR
 """
 
 import argparse
@@ -112,10 +118,10 @@ def _core_dir():
                             "source checkout) holds it; reinstall mizu")
 
 
-def _source_files():
-    """(path in the R package, file) for every file the build uses, in a fixed order."""
+def _source_files(tests=False):
+    """(path in the R package, file) for every file the build uses, and the tests if asked, in a fixed order."""
     # The core comes from _core_dir(), and the R tests run from the sources.
-    skipped = {("src", "core"), ("tests",)}
+    skipped = {("src", "core")} if tests else {("src", "core"), ("tests",)}
     files = [(path.relative_to(_SOURCES).as_posix(), path) for path in sorted(_SOURCES.rglob("*"))
              if path.is_file() and path.suffix not in (".o", ".so", ".pyc")
              and not any(path.relative_to(_SOURCES).parts[:len(skip)] == skip for skip in skipped)]
@@ -167,6 +173,12 @@ def _explain(output):
     return f"building mizu's R package failed; {hint}:\n{tail}"
 
 
+def _write_sources(source, files):
+    for name, path in files:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, source / name)
+
+
 def _build(rscript, library, stamp, files):
     r_command = rscript.with_name("R")
     if not r_command.exists():
@@ -174,9 +186,7 @@ def _build(rscript, library, stamp, files):
     with tempfile.TemporaryDirectory(prefix=".mizu-build-", dir=library) as tmp:
         tmp = pathlib.Path(tmp)
         source = tmp / "source" / _PACKAGE
-        for name, path in files:
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, source / name)
+        _write_sources(source, files)
         description = source / "DESCRIPTION"
         description.write_text(description.read_text(encoding="utf-8").rstrip("\n") + f"\n{_STAMP_FIELD}: {stamp}\n",
                                 encoding="utf-8")
@@ -246,10 +256,20 @@ def main(argv=None):
                                      description="Build the R package that mizu's R workers run, if it is not built "
                                                  "yet, and print the R library that holds it.")
     parser.add_argument("-q", "--quiet", action="store_true", help="say nothing but the library's path")
+    parser.add_argument("--source", metavar="DIR", type=pathlib.Path,
+                        help="instead, write the package's sources, tests included, into DIR/mizu (which must not "
+                             "exist yet) and print that path: what R CMD build and R CMD check take")
     args = parser.parse_args(argv)
     try:
-        print(ensure_installed(verbose=not args.quiet))
-    except (FileNotFoundError, RPackageBuildError) as exc:
+        if args.source is not None:
+            source = args.source / _PACKAGE
+            if source.exists():
+                raise FileExistsError(f"{source} exists already: remove it, or name another folder")
+            _write_sources(source, _source_files(tests=True))
+            print(source)
+        else:
+            print(ensure_installed(verbose=not args.quiet))
+    except (OSError, RPackageBuildError) as exc:
         print(f"mizu: {exc}", file=sys.stderr)
         return 1
     return 0

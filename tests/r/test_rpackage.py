@@ -64,3 +64,16 @@ def test_the_r_package_s_own_tests_pass(r_library, testthat):
     code = (f"testthat::test_dir({tests!r}, package = 'mizu', load_package = 'installed', "
             "reporter = 'summary', stop_on_failure = TRUE)")
     run_rscript(r_library, code)
+
+
+def test_the_sources_for_r_cmd_check_hold_the_core_and_the_tests(tmp_path):
+    command = [sys.executable, "-m", "mizu._rpackage", "--source", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(tmp_path / "mizu"), "")
+    written = {path.relative_to(tmp_path / "mizu").as_posix() for path in (tmp_path / "mizu").rglob("*")}
+    assert {"DESCRIPTION", "src/Makevars", "src/core/wire.hpp", "src/core/wire.cpp", "tests/testthat.R"} <= written
+    # The package's own headers are .h: R CMD check warns of any other suffix at the top of src/.
+    assert not [name for name in written if name.startswith("src/") and name.count("/") == 1
+                and name.endswith(".hpp")]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert again.returncode == 1 and "exists already" in again.stderr
