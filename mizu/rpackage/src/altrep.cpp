@@ -26,20 +26,27 @@ ViewCounters counters;
 
 R_altrep_class_t double_view, integer_view, logical_view, raw_view, complex_view;
 
-// The view R asked about last. Some of R's loops ask about a vector once
-// per element (R 4.2's unlist(), so as.matrix() of a data frame, asks for
-// its length and its data pointer), and reaching the View through data1
-// costs two calls into R. An address is one view's from new_view until the
+// The view R asked about last, with its length and its private pages once
+// mapped. Some of R's loops ask about a vector once per element (unlist(),
+// so as.matrix() of a data frame, asks for its length and a pointer it may
+// write through), and reaching the View through data1 costs two calls into
+// R, then two loads more to its pages: answered from here, each is a
+// compare and a load. An address is one view's from new_view until the
 // view is released (R's collector moves nothing), so both forget it.
 struct LastView {
     SEXP x = nullptr;
     View* view = nullptr;
+    R_xlen_t length = 0;
+    char* mapped = nullptr;
 } last;
 
-View* view_of(SEXP x) noexcept {
-    if (x != last.x) last = {x, static_cast<View*>(R_ExternalPtrAddr(R_altrep_data1(x)))};
-    return last.view;
+[[gnu::noinline]] View* remember(SEXP x) noexcept {
+    auto* view = static_cast<View*>(R_ExternalPtrAddr(R_altrep_data1(x)));
+    last = {x, view, view ? view->length : 0, view ? view->block->mapped() : nullptr};
+    return view;
 }
+
+View* view_of(SEXP x) noexcept { return x == last.x ? last.view : remember(x); }
 
 void release_view(SEXP holder) {
     auto* view = static_cast<View*>(R_ExternalPtrAddr(holder));
@@ -65,7 +72,8 @@ const T* elements(SEXP x) {
 }
 
 R_xlen_t view_length(SEXP x) {
-    View* view = view_of(x);
+    if (x == last.x) return last.length;
+    View* view = remember(x);
     return view ? view->length : 0;
 }
 
@@ -87,15 +95,22 @@ R_xlen_t view_length(SEXP x) {
 // A pointer R only reads through (DATAPTR_RO, DATAPTR_OR_NULL, whose
 // results R's API types const) is to the block's shared bytes; one it may
 // write through, to the view's private pages, mapped then. R asks for the
-// latter to read too, some of its loops once per element (R 4.2's
-// unlist(), and so as.matrix() of a data frame): once mapped, it costs a
-// load.
-void* dataptr(SEXP x, Rboolean writeable) {
+// latter to read too, some of its loops once per element (unlist(), and so
+// as.matrix() of a data frame): once mapped, it costs a compare and a load
+// (last), with no stack frame of its own.
+[[gnu::noinline]] void* first_dataptr(SEXP x, Rboolean writeable) {
     MappedBlock& block = *live_view(x)->block;
     if (!writeable) return const_cast<char*>(block.bytes());
-    ++counters.writable_pointers;
     char* data = block.mapped();
-    return data ? data : map_privately(block);
+    if (!data) data = map_privately(block);
+    last.mapped = data;
+    return data;
+}
+
+void* dataptr(SEXP x, Rboolean writeable) {
+    if (writeable) ++counters.writable_pointers;
+    if (writeable && x == last.x && last.mapped) return last.mapped;
+    return first_dataptr(x, writeable);
 }
 
 const void* dataptr_or_null(SEXP x) {
