@@ -79,6 +79,13 @@ def pool(executor_type, start_method):
         yield ex
 
 
+@pytest.fixture
+def mizu_pool():
+    """A two-worker pool of mizu's alone, for what the stdlib's lacks (a map's progress bar, say)."""
+    with mizu.ProcessPoolExecutor(2) as ex:
+        yield ex
+
+
 @pytest.fixture(params=["native", "portable"])
 def waiter(request):
     """Each wait backend in turn; the portable one is what platforms without an address wait use."""

@@ -27,16 +27,10 @@ def final_count(text):
     return int(n), int(total)
 
 
-@pytest.fixture
-def pool():
-    with mizu.ProcessPoolExecutor(2) as ex:
-        yield ex
-
-
 @pytest.mark.parametrize("chunksize", [1, 100])
-def test_the_bar_counts_every_call_for_any_chunksize(pool, chunksize):
+def test_the_bar_counts_every_call_for_any_chunksize(mizu_pool, chunksize):
     out = io.StringIO()
-    results = list(pool.map(children.double, range(1234), chunksize=chunksize,
+    results = list(mizu_pool.map(children.double, range(1234), chunksize=chunksize,
                             progress={"file": out, "desc": "d", "delay": 0}))
     assert results == [2 * i for i in range(1234)]
     assert final_count(out.getvalue()) == (1234, 1234)
@@ -44,7 +38,7 @@ def test_the_bar_counts_every_call_for_any_chunksize(pool, chunksize):
 
 
 @pytest.mark.parametrize("delay", [0, 0.05])
-def test_a_finished_map_draws_one_bar_as_tqdm_used_by_hand_does(pool, delay):
+def test_a_finished_map_draws_one_bar_as_tqdm_used_by_hand_does(mizu_pool, delay):
     """Into a file (not a terminal), the bar a map draws ends at 100% and is closed once, as tqdm used by hand
     over the stdlib's pool is."""
     by_hand, ours = io.StringIO(), io.StringIO()
@@ -52,7 +46,7 @@ def test_a_finished_map_draws_one_bar_as_tqdm_used_by_hand_does(pool, delay):
         for _ in tqdm.tqdm(stdlib.map(children.nap, [0.01] * 60), total=60, unit="call", file=by_hand,
                            delay=delay):
             pass
-    assert list(pool.map(children.nap, [0.01] * 60, progress={"file": ours, "delay": delay})) == [0.01] * 60
+    assert list(mizu_pool.map(children.nap, [0.01] * 60, progress={"file": ours, "delay": delay})) == [0.01] * 60
     # tqdm draws 100% once or twice (its last update is drawn only if its interval has passed); a second bar
     # would draw it again, after a second line.
     for text in (by_hand.getvalue(), ours.getvalue()):
@@ -60,84 +54,84 @@ def test_a_finished_map_draws_one_bar_as_tqdm_used_by_hand_does(pool, delay):
         assert text.rstrip("\n").split("\r")[-1].startswith("100%"), text
 
 
-def test_the_bar_counts_calls_over_several_iterables_and_a_generator(pool):
+def test_the_bar_counts_calls_over_several_iterables_and_a_generator(mizu_pool):
     out = io.StringIO()
     bar = {"file": out, "delay": 0}
-    assert list(pool.map(children.add, range(300), range(250), progress=bar)) == [2 * i for i in range(250)]
+    assert list(mizu_pool.map(children.add, range(300), range(250), progress=bar)) == [2 * i for i in range(250)]
     assert final_count(out.getvalue()) == (250, 250)
     out = io.StringIO()
     bar = {"file": out, "delay": 0}
-    assert list(pool.map(children.double, (i for i in range(77)), chunksize=10, progress=bar)) == [
+    assert list(mizu_pool.map(children.double, (i for i in range(77)), chunksize=10, progress=bar)) == [
         2 * i for i in range(77)]
     assert final_count(out.getvalue()) == (77, 77)
 
 
-def test_without_tqdm_a_plain_line_on_stderr_counts_every_call(pool, monkeypatch, capsys):
+def test_without_tqdm_a_plain_line_on_stderr_counts_every_call(mizu_pool, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
-    assert list(pool.map(children.double, range(500), chunksize=7, progress={"delay": 0})) == [
+    assert list(mizu_pool.map(children.double, range(500), chunksize=7, progress={"delay": 0})) == [
         2 * i for i in range(500)]
     err = capsys.readouterr().err
     assert final_count(err) == (500, 500)
     assert err.rstrip().splitlines()[-1].startswith("500/500 calls (100%)")
-    list(pool.map(children.double, range(5), progress={"desc": "mine", "colour": "red", "delay": 0}))
+    list(mizu_pool.map(children.double, range(5), progress={"desc": "mine", "colour": "red", "delay": 0}))
     assert capsys.readouterr().err.rstrip().splitlines()[-1].startswith("mine: 5/5 calls")
 
 
-def test_the_bar_appears_once_the_map_has_run_for_its_delay(pool, monkeypatch, capsys):
+def test_the_bar_appears_once_the_map_has_run_for_its_delay(mizu_pool, monkeypatch, capsys):
     out = io.StringIO()
-    assert list(pool.map(children.nap, [0.02] * 30, progress={"file": out, "delay": 30})) == [0.02] * 30
+    assert list(mizu_pool.map(children.nap, [0.02] * 30, progress={"file": out, "delay": 30})) == [0.02] * 30
     assert out.getvalue() == ""
-    assert list(pool.map(children.nap, [0.02] * 30, progress={"file": out})) == [0.02] * 30
+    assert list(mizu_pool.map(children.nap, [0.02] * 30, progress={"file": out})) == [0.02] * 30
     assert final_count(out.getvalue()) == (30, 30)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
-    assert list(pool.map(children.nap, [0.02] * 30, progress=True)) == [0.02] * 30
+    assert list(mizu_pool.map(children.nap, [0.02] * 30, progress=True)) == [0.02] * 30
     assert final_count(capsys.readouterr().err) == (30, 30)
 
 
-def test_a_bar_that_fails_is_logged_and_the_map_goes_on(pool, monkeypatch, caplog):
+def test_a_bar_that_fails_is_logged_and_the_map_goes_on(mizu_pool, monkeypatch, caplog):
     """tqdm stops writing to a file it cannot write; the plain line's failure is logged."""
     out = io.StringIO()
     out.close()
-    assert list(pool.map(children.double, range(200), progress={"file": out, "delay": 0})) == [
+    assert list(mizu_pool.map(children.double, range(200), progress={"file": out, "delay": 0})) == [
         2 * i for i in range(200)]
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     monkeypatch.setattr(sys, "stderr", out)
-    assert list(pool.map(children.double, range(200), progress={"delay": 0})) == [2 * i for i in range(200)]
+    assert list(mizu_pool.map(children.double, range(200), progress={"delay": 0})) == [2 * i for i in range(200)]
     assert "A map's progress bar failed; the map goes on without it" in caplog.text
 
 
-def test_a_failing_call_ends_the_bar_and_the_map_raises_as_without_it(pool):
+def test_a_failing_call_ends_the_bar_and_the_map_raises_as_without_it(mizu_pool):
     out = io.StringIO()
-    results = pool.map(children.fail_at, range(50), progress={"file": out, "delay": 0})
+    results = mizu_pool.map(children.fail_at, range(50), progress={"file": out, "delay": 0})
     with pytest.raises(ValueError, match="7 is bad"):
         list(results)
     done, total = final_count(out.getvalue())
     assert total == 50 and done <= 50
     # The pool goes on.
-    assert list(pool.map(children.double, range(3), progress={"file": io.StringIO()})) == [0, 2, 4]
+    assert list(mizu_pool.map(children.double, range(3), progress={"file": io.StringIO()})) == [0, 2, 4]
 
 
-def test_closing_the_map_early_closes_the_bar_and_cancels_the_rest(pool):
+def test_closing_the_map_early_closes_the_bar_and_cancels_the_rest(mizu_pool):
     out = io.StringIO()
-    results = pool.map(children.nap, [0.01] * 400, progress={"file": out, "delay": 0})
+    results = mizu_pool.map(children.nap, [0.01] * 400, progress={"file": out, "delay": 0})
     next(results)
     results.close()
     done, total = final_count(out.getvalue())
     assert total == 400 and 1 <= done < 400
 
 
-def test_a_bad_progress_argument_is_refused_before_any_call(pool):
+def test_a_bad_progress_argument_is_refused_before_any_call(mizu_pool):
     with pytest.raises(TypeError, match="progress must be True, False or a dict of tqdm's options, not str"):
-        pool.map(children.double, range(10), progress="yes")
+        mizu_pool.map(children.double, range(10), progress="yes")
     with pytest.raises(ValueError, match="progress's delay must be a number of seconds >= 0, not -1"):
-        pool.map(children.double, range(10), progress={"delay": -1})
-    assert sum(worker.calls for worker in pool.insights().workers) == 0
-    assert list(pool.map(children.double, range(3), progress=None)) == [0, 2, 4]
+        mizu_pool.map(children.double, range(10), progress={"delay": -1})
+    assert sum(worker.calls for worker in mizu_pool.insights().workers) == 0
+    assert list(mizu_pool.map(children.double, range(3), progress=None)) == [0, 2, 4]
 
 
-def test_an_empty_map_shows_no_bar(pool):
+def test_an_empty_map_shows_no_bar(mizu_pool):
     out = io.StringIO()
-    assert list(pool.map(children.double, [], progress={"file": out, "delay": 0})) == []
+    assert list(mizu_pool.map(children.double, [], progress={"file": out, "delay": 0})) == []
     assert out.getvalue() == ""
 
 
@@ -171,11 +165,11 @@ def test_a_subclass_submit_sees_each_chunk_of_map_as_with_the_stdlib():
             ex.map(children.double, range(3), progress=True)
 
 
-def test_a_submit_set_on_the_pool_cannot_take_a_bar_too(pool):
-    pool.submit = pool.submit
+def test_a_submit_set_on_the_pool_cannot_take_a_bar_too(mizu_pool):
+    mizu_pool.submit = mizu_pool.submit
     with pytest.raises(TypeError, match="progress cannot be combined with a submit of the pool's own"):
-        pool.map(children.double, range(3), progress=True)
-    assert list(pool.map(children.double, range(3))) == [0, 2, 4]
+        mizu_pool.map(children.double, range(3), progress=True)
+    assert list(mizu_pool.map(children.double, range(3))) == [0, 2, 4]
 
 
 def test_tqdm_over_as_completed_reaches_every_future(executor_type):
@@ -240,7 +234,7 @@ print(ex.insights().workers[0].calls + ex.insights().workers[1].calls, "mizu._in
     assert out.stdout.split() == ["False", "101", "True"]
 
 
-def test_the_bar_moves_while_the_first_task_is_still_running(pool, tmp_path):
+def test_the_bar_moves_while_the_first_task_is_still_running(mizu_pool, tmp_path):
     """The thread waiting on a slow first result draws what the others have done, with the map's whole time."""
     out, gate = io.StringIO(), tmp_path / "gate"
 
@@ -257,7 +251,7 @@ def test_the_bar_moves_while_the_first_task_is_still_running(pool, tmp_path):
 
     opener = threading.Thread(target=open_the_gate)
     opener.start()
-    got = list(pool.map(children.wait_for_file, [str(gate)] + [str(tmp_path)] * 99, progress={"file": out}))
+    got = list(mizu_pool.map(children.wait_for_file, [str(gate)] + [str(tmp_path)] * 99, progress={"file": out}))
     opener.join()
     assert len(set(got)) <= 2
     states = drawn()
