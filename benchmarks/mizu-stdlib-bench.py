@@ -7,7 +7,8 @@ speed-up over each are printed. Pool start-up is outside every timed region.
 Then the pool's life against ProcessPoolExecutor (create and shut down,
 a worker's memory), and coarse work, each run a program of its own in a
 fresh interpreter: 64 workers given 64 tasks of sleep(0.3) under each
-start method (first result, all, with shutdown), and two real programs
+start method (first result, all, with shutdown), tasks of uneven lengths
+on 2 workers (all, and a shutdown that cancels after a timeout), and two real programs
 with mizu's pool swapped in for the stdlib's, `compileall -j 4` over a copy
 of the stdlib's Lib/ and black (``pip install black``, the [bench] extra)
 over some of its packages, each checked to leave the same files as with
@@ -285,6 +286,38 @@ if __name__ == "__main__":
     print(first, every, time.perf_counter() - start)
 """
 
+# Tasks of uneven lengths on 2 workers, submitted at once, as coarse work
+# often comes (files of different sizes, fits of different cost): seconds
+# until every result is in, and until shutdown(cancel_futures=True) returns
+# when it follows a wait for the first result that timed out.
+UNEVEN = """
+import concurrent.futures as cf, sys, time
+if sys.argv[1] == "mizu":
+    from mizu import ProcessPoolExecutor
+else:
+    from concurrent.futures import ProcessPoolExecutor
+
+def nap(seconds):
+    time.sleep(seconds)
+
+if __name__ == "__main__":
+    shape = [float(s) for s in sys.argv[2].split(",")]
+    times = []
+    for cancel in (False, True):
+        pool = ProcessPoolExecutor(2)
+        list(pool.map(nap, [0.05, 0.05]))   # both workers up
+        start = time.perf_counter()
+        futures = [pool.submit(nap, s) for s in shape]
+        if cancel:
+            cf.wait(futures, timeout=shape[0] / 6)
+            pool.shutdown(cancel_futures=True)
+        else:
+            cf.wait(futures)
+            pool.shutdown()
+        times.append(time.perf_counter() - start)
+    print(*times)
+"""
+
 # A program that uses concurrent.futures.ProcessPoolExecutor, run with mizu's
 # swapped in (sys.argv[1] == "mizu") or as it is.
 SWAPPED = """
@@ -322,6 +355,25 @@ def startup_rows(method, workers, folder):
         return [float(x) for x in out.split()]
 
     return stem, titles, measure
+
+
+def uneven_rows(scale, folder):
+    """(label, titles, measure) of each shape of uneven tasks: all results, and a shutdown that cancels."""
+    script = os.path.join(folder, "uneven.py")
+    with open(script, "w") as f:
+        f.write(UNEVEN)
+    rows = []
+    for shape, text in (([3, 1, 1, 1], "{}, {}, {}, {} s"), ([2] + [0.2] * 10, "{} s, then ten of {} s")):
+        shape = [seconds * scale for seconds in shape]
+        stem = "2 workers, tasks of " + text.format(*(f"{seconds:g}" for seconds in shape))
+        titles = [f"{stem}: all", f"{stem}: cancelling shutdown after a timeout"]
+
+        def measure(kind, shape=shape):
+            _, out = run_program([script, kind, ",".join(map(str, shape))], folder)
+            return [float(x) for x in out.split()]
+
+        rows.append((stem, titles, measure))
+    return rows
 
 
 def tree_digest(root):
@@ -490,7 +542,8 @@ def main(argv=None):
     coarse = {}
     with tempfile.TemporaryDirectory() as folder:
         programs = [startup_rows(method, 16 if args.quick else 64, folder) for method in ("fork", "forkserver", "spawn")]
-        for label, titles, measure in programs + program_rows(args.quick, folder):
+        uneven = uneven_rows(0.25 if args.quick else 1, folder)
+        for label, titles, measure in programs + uneven + program_rows(args.quick, folder):
             if not wanted(label):
                 continue
             for repeat in range(args.repeats):
@@ -536,11 +589,12 @@ def main(argv=None):
         ours, theirs = (statistics.median(life[(title, n)]) for n, _ in process_pools)
         print(f"{title + ' (' + unit + ')':<62}{ours * scale:>12.2f}{theirs * scale:>14.2f}{ours / theirs:>19.2f}x")
     print()
-    print(f"{'coarse work, each run a program of its own (s)':<62}{'mizu':>12}{'ProcessPool':>14}"
+    wide = max([62] + [len(title) + 2 for title in coarse_titles])
+    print(f"{'coarse work, each run a program of its own (s)':<{wide}}{'mizu':>12}{'ProcessPool':>14}"
           f"{'mizu / ProcessPool':>20}")
     for title in coarse_titles:
         ours, theirs = (statistics.median(coarse[(title, n)]) for n, _ in process_pools)
-        print(f"{title:<62}{ours:>12.2f}{theirs:>14.2f}{ours / theirs:>19.2f}x")
+        print(f"{title:<{wide}}{ours:>12.2f}{theirs:>14.2f}{ours / theirs:>19.2f}x")
     for name, share in idle.items():
         print(f"idle pool, 4 workers, {seconds} s after its work: {name} uses {100 * share:.2f}% of a core")
     if args.json:
