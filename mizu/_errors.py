@@ -95,32 +95,27 @@ def task_repr(kind, fn, first, second, calls, arg_repr=brief.repr):
 
 
 def error_of(tb):
-    """The error a traceback's text ends with, all its lines: an R worker's from its "RError: " line on, a
-    Python traceback's from the first line after its last frame that is not indented; else its last line."""
+    """The error an R worker's traceback text ends with, all its lines from its "RError: " line on; else its last line."""
     lines = tb.rstrip("\n").splitlines()
-    start = len(lines) - 1
-    r_error = [i for i, line in enumerate(lines) if line.startswith("RError: ")]
-    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
-    if r_error:
-        start = r_error[-1]
-    elif frames:
-        start = next((i for i in range(frames[-1] + 1, len(lines)) if lines[i][:1] not in ("", " ")), start)
+    start = max((i for i, line in enumerate(lines) if line.startswith("RError: ")), default=len(lines) - 1)
     return "\n".join(lines[start:])
 
 
 def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):
     """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
 
-    failure: (stage, traceback) if its initializer (setup_name: what its
-    launcher calls it) or the unpickling of a task raised, else None.
+    failure: (stage, traceback, error) if its initializer (setup_name: what
+    its launcher calls it) or the unpickling of a task raised (a Python
+    worker's error is its exception's own lines; an R worker sends no
+    error, which its traceback's text ends with), else None.
     took_a_task: whether it took one from its ring. task: task_repr() of the
     task it was running, or None. starting_hint: why a worker of its
     launcher may die before its first task, or "".
     """
     code = process.exitcode
-    stage, tb = failure if failure is not None else (None, None)
+    stage, tb, *error = failure if failure is not None else (None, None)
     if stage == INITIALIZER:
-        error = error_of(tb)
+        error = error[0] if error else error_of(tb)
         # A full stop after it, unless it has one, or lines of its own (an R parse error's caret).
         end = "" if "\n" in error or error.endswith(".") else "."
         return f"Process {process.pid} ({process.name}) stopped before its first task: its {setup_name} raised " \

@@ -184,7 +184,7 @@ cdef class Worker:
         self.process = None
         self.watch = None             # the process's PeerWatch
         self.channel = None           # this end of the socket pair shared with the process
-        self.failure = None           # (stage, traceback) if its initializer or a task's unpickling raised
+        self.failure = None           # (stage, traceback[, error]) if its initializer or a task's unpickling raised
         # The futures of the tasks sent, oldest first: a worker answers in the order it is sent tasks.
         self.in_flight = Fifo()
         self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring

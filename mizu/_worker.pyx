@@ -86,8 +86,9 @@ def _arrays_in_the_arena():
 def _last_words(results, channel, index, stage, exc):
     """Tell the client why this worker ends (stage: INITIALIZER or DECODING), for its BrokenProcessPool."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    error = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
     try:
-        _answer(results, channel, index, 0, EXITING, (stage, tb), 0.0)
+        _answer(results, channel, index, 0, EXITING, (stage, tb, error), 0.0)
     except BrokenPipeError:   # the pool has broken or shut down already
         pass
 

@@ -227,7 +227,11 @@ def initialized():
     return list(_initialized)
 
 
-def fail_to_initialize():
+def fail_to_initialize(how="plain"):
+    if how == "group":
+        raise ExceptionGroup("two setups failed", [ValueError("no config"), KeyError("no key")])
+    if how == "frames":
+        raise ValueError('bad config:\n  File "site.cfg", line 3\nunexpected key')
     raise ValueError("initializer failed on purpose")
 
 

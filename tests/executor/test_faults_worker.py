@@ -448,6 +448,20 @@ def test_an_initializer_that_raises_breaks_the_pool(make, executor_type, start_m
                       "ValueError: initializer failed on purpose.", traceback="ValueError: initializer failed on purpose")
 
 
+@pytest.mark.python_from((3, 11))
+@pytest.mark.parametrize("how, error", [
+    ("group", "ExceptionGroup: two setups failed (2 sub-exceptions)."),
+    ("frames", 'ValueError: bad config:\n  File "site.cfg", line 3\nunexpected key'),
+])
+def test_an_initializer_s_whole_error_is_named_whatever_its_text(make, how, error):
+    """An exception group's own line, not its members' tree; a message holding lines that look like a frame's, whole."""
+    ex = make(mizu.ProcessPoolExecutor, 1, initializer=children.fail_to_initialize, initargs=(how,))
+    errors, refusal = _broken_errors(ex, [ex.submit(children.double, 1)])
+    detail = f"stopped before its first task: its initializer raised {error}"
+    assert all(detail in str(e) and "Traceback (most recent call last)" in e.__cause__.tb for e in errors), errors
+    assert detail in str(refusal), refusal
+
+
 def test_workers_retire_under_load_and_every_task_runs_once(make, tmp_path):
     """2 workers that each retire after 3 tasks, 150 tasks submitted at once and a map of 60 beside them.
 
