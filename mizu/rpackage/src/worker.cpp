@@ -220,12 +220,19 @@ private:
             refused = e.what();
             if (m.task.flags & messages::kCallable) callable = decode_first_item(m.body, m.body_size, table);
         }
+        if (refused.empty() && (m.task.flags & messages::kCallable)) {
+            if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
+                throw std::invalid_argument("a task with its callable must carry (callable, call)");
+            callable = VECTOR_ELT(value, 0);
+            value = VECTOR_ELT(value, 1);
+        }
         PROTECT(value);
         PROTECT(callable);
+        // The callable a task brings is this worker's from now on, whether
+        // the task runs here or not.
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
         if (!rings_.tasks.claim(m.task.task_id)) {
-            // The client took the task back to run it on an idle worker;
-            // the callable it brought, learned above, stays this worker's.
+            // The client took the task back to run it on an idle worker.
             running_.active = false;
             UNPROTECT(2);
             return;
@@ -309,14 +316,7 @@ private:
 
     // list(value =, error =, warnings =) of the task's call, as eval_safely
     // gives them.
-    SEXP run_call(const messages::TaskHeader& h, SEXP value) {
-        SEXP call = value;
-        if (h.flags & messages::kCallable) {
-            if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
-                throw std::invalid_argument("a task with its callable must carry (callable, call)");
-            call = VECTOR_ELT(value, 1);
-            learn(h.fn_id, VECTOR_ELT(value, 0));
-        }
+    SEXP run_call(const messages::TaskHeader& h, SEXP call) {
         auto failure = failures_.find(h.fn_id);
         if (failure != failures_.end()) return failure->second;
         auto id = ids_.find(h.fn_id);
