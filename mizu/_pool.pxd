@@ -21,6 +21,7 @@ cdef class Worker:
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
     cdef int64_t head_since           # when the oldest task in flight became the oldest (now_ns; see Pool.rebalance)
+    cdef bint held                    # tasks were taken back from behind its oldest: none joins them until it ends
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Pool.pick)
     cdef public bint starting         # its first process is starting, counted in Pool.coming

@@ -404,6 +404,7 @@ cdef class Pool:
         worker.unnamed.clear()
         worker.last_fn = None
         worker.started_tasks = 0
+        worker.held = False
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
         worker.up = False
@@ -736,12 +737,14 @@ cdef class Pool:
         # (spawn starts one in tens of milliseconds of CPU), or to one with a
         # slow initializer, would wait for it while the others idle, and
         # tasks queued behind busy workers would leave none pending for a
-        # put-off start.
+        # put-off start. Nor does a task join those of a worker whose
+        # oldest has run so long that tasks were taken back from behind it
+        # (rebalance), until it ends.
         cdef Worker worker, best = None
         if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
-            if not worker.up or worker.outbox or worker.in_flight.size() >= depth:
+            if not worker.up or worker.outbox or worker.held or worker.in_flight.size() >= depth:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
@@ -757,11 +760,14 @@ cdef class Pool:
         wait for nothing. The busiest worker's are withdrawn (the ring's
         tickets decide each race with the worker: a task runs once) and
         put back in front of `pending`, running, as reserved tasks are:
-        dispatch sends them again, to the idle workers first. Only once
-        its oldest task has run for _SHORT_TASK: fine-grained work drains
-        sooner than its tasks could be sent again. Until then, or while
-        the worker has not started that task, `unbalanced` stays set and
-        whoever collects tries again shortly (_FEED).
+        dispatch sends them again, to other workers (the worker is `held`
+        until its oldest task ends; what they cannot take waits in
+        `pending`). Only once that task has run for _SHORT_TASK:
+        fine-grained work drains sooner than its tasks could be sent
+        again. Until then, or while the worker is between tasks (it has
+        not claimed the oldest, or has ended it and claimed the next),
+        `unbalanced` stays set and whoever collects tries again shortly
+        (_FEED in a waiting caller, _POLL in the manager).
         """
         cdef Worker worker, idle = None, busiest = None
         cdef Py_ssize_t n
@@ -787,10 +793,11 @@ cdef class Pool:
         if busiest is not None and not busiest.ring._withdraw(
                 cell_of(busiest.in_flight.oldest()).task_id,
                 cell_of(busiest.in_flight.at(busiest.in_flight.size() - 1)).task_id):
-            busiest, waiting = None, True   # it has not started its oldest task yet
+            busiest, waiting = None, True   # between tasks
         self.unbalanced = waiting
         if busiest is None:
             return False
+        busiest.held = True
         while busiest.in_flight.size() > 1:
             self.pending.push_oldest(busiest.in_flight.pop_newest())
             self.reserved += 1
@@ -971,6 +978,7 @@ cdef class Pool:
             if task_id == 0:
                 worker.failure = value
             return
+        worker.held = False
         if worker.in_flight.size():
             worker.head_since = now_ns()
         elif not self.pending.size():

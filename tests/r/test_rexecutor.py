@@ -350,21 +350,26 @@ def test_max_tasks_per_child_replaces_workers(r_library):
 
 
 def test_no_task_waits_behind_a_running_one_while_a_worker_idles(r_library, tmp_path):
-    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    started, gate, log = str(tmp_path / "started"), str(tmp_path / "gate"), str(tmp_path / "log")
     wait = "function(started, gate) { file.create(started); while (!file.exists(gate)) Sys.sleep(0.01); 0 }"
-    # Each task creates its own file, failing if it exists: one that ran twice fails.
-    mark = "function(folder, i) { path <- file.path(folder, i); stopifnot(!file.exists(path)); file.create(path); i }"
+    # Each run appends a line to the log: read once the pool has shut down,
+    # it shows a task that ran twice even when that run's result was dropped.
+    record = "function(log, i) { Sys.sleep(0.001); cat(i, '\\n', file = log, append = TRUE); i }"
     with mizu.RExecutor(2) as pool:
         running = pool.submit(wait, started, gate)
         children.wait_for_file(started)
-        short = [pool.submit(mark, str(tmp_path), i) for i in range(20)]
-        done, late = cf.wait(short, timeout=60)
-        assert not late, f"{len(late)} of 20 short tasks waited behind the running one while a worker was idle"
+        for wave in range(5):
+            short = [pool.submit(record, log, 20 * wave + i) for i in range(20)]
+            done, late = cf.wait(short, timeout=60)
+            assert not late, f"wave {wave}: {len(late)} of 20 short tasks waited behind the running one"
+            assert [f.result() for f in short] == list(range(20 * wave, 20 * wave + 20))
         assert not running.done()
         open(gate, "w").close()
         assert running.result(timeout=60) == 0
-    assert [f.result() for f in short] == list(range(20))
-    assert sorted(name for name in os.listdir(tmp_path) if name.isdigit()) == sorted(str(i) for i in range(20))
+        # The worker that ran the long task knows the function of the tasks taken back from it.
+        assert list(pool.map(record, [log] * 20, range(100, 120))) == list(range(100, 120))
+    with open(log) as lines:
+        assert sorted(int(line) for line in lines) == list(range(120))
 
 
 def test_futures_work_with_wait_as_completed_callbacks_and_asyncio(r):
