@@ -63,7 +63,7 @@ constexpr bool is_notice(uint8_t status) noexcept {
 }
 
 // The stage of an exiting worker's failure, the first item of its body.
-enum class Stage : uint8_t { initializer = 0, decoding = 1 };
+enum class Stage : uint8_t { initializer = 0, decoding = 1, starting = 2 };
 
 struct TaskHeader {
     uint8_t kind;  // kTask

@@ -1,12 +1,13 @@
 """What a broken pool says: the stdlib's BrokenProcessPool texts, a dead worker's obituary, short reprs of calls."""
 
+import errno
 import re
 import reprlib
 import signal
 import traceback
 from concurrent.futures.process import _RemoteTraceback
 
-from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE
+from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE, STARTING
 
 BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 BROKEN_FUTURE = "A process in the process pool was terminated abruptly while the future was running or pending."
@@ -19,8 +20,13 @@ FORCED_FUTURE = f"{FORCED}; work that was still enqueued will not be run."
 NOT_REPLACED = ("A replacement worker process could not be started, leaving the pool without workers to run the "
                 "remaining work")
 NOT_REPLACED_FUTURE = f"{NOT_REPLACED}."
+NOT_STARTED = "The pool could not start its workers"
+NOT_STARTED_FUTURE = "The pool could not start a worker to run the future."
 TERMINATED = "The process pool was terminated, it is not usable anymore"
 TERMINATED_FUTURE = "The process pool was terminated while the future was running or pending."
+# {error}: what starting a process or a thread raised.
+SHORT_OF_PROCESSES = ("the system gives no more processes ({error}): ask for fewer workers (max_workers), or raise "
+                      "the limit on processes (`ulimit -u`, or the pids.max of the container's cgroup)")
 
 _TASK_REPR = 200      # characters of a task's call in an error message
 _R_NAME = re.compile(r"(?:[A-Za-z][\w.]*:::?)?[A-Za-z.][\w.]*")   # mean, stats::median
@@ -101,11 +107,18 @@ def error_of(tb):
     return "\n".join(lines[start:])
 
 
+def short_of_processes(exc):
+    """Whether exc is what starting a process or a thread raises once the system gives no more of them."""
+    return (isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)
+            or isinstance(exc, RuntimeError) and str(exc) == "can't start new thread")
+
+
 def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):
     """A sentence on a worker that died without retiring: its pid, exit code or signal, its task, its error.
 
-    failure: (stage, traceback, error) if its initializer (setup_name: what
-    its launcher calls it) or the unpickling of a task raised (a Python
+    failure: (stage, traceback, error) if it could not start a thread, or
+    its initializer (setup_name: what its launcher calls it) or the
+    unpickling of a task raised (a Python
     worker's error is its exception's own lines; an R worker sends no
     error, which its traceback's text ends with), else None.
     took_a_task: whether it took one from its ring. task: task_repr() of the
@@ -114,12 +127,15 @@ def obituary(process, failure, took_a_task, task, starting_hint, setup_name="ini
     """
     code = process.exitcode
     stage, tb, *error = failure if failure is not None else (None, None)
+    error = error[0] if error else None if tb is None else error_of(tb)
     if stage == INITIALIZER:
-        error = error[0] if error else error_of(tb)
         # A full stop after it, unless it has one, or lines of its own (an R parse error's caret).
         end = "" if "\n" in error or error.endswith(".") else "."
         return f"Process {process.pid} ({process.name}) stopped before its first task: its {setup_name} raised " \
                f"{error}{end}"
+    if stage == STARTING:
+        return (f"Process {process.pid} ({process.name}) stopped before its first task: "
+                f"{SHORT_OF_PROCESSES.format(error=error)}.")
     # The stdlib's words (3.15), and the signal's name.
     text = f"Process {process.pid} ({process.name}) terminated abruptly with exit code {code}"
     if code is not None and code < 0:

@@ -31,6 +31,7 @@ cdef extern from "messages.hpp" nogil:
     const int READY "int(mizu::messages::Status::ready)"
     const int INITIALIZER "int(mizu::messages::Stage::initializer)"
     const int DECODING "int(mizu::messages::Stage::decoding)"
+    const int STARTING "int(mizu::messages::Stage::starting)"
 
 
 cdef class Codec:

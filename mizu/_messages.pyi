@@ -5,7 +5,7 @@ from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
-    "READY", "RETIRING", "SINGLE", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
+    "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
     "encode_task",
 ]
 
@@ -22,6 +22,7 @@ RAISED: int
 READY: int
 RETIRING: int
 SINGLE: int
+STARTING: int
 INLINE: int
 
 @disjoint_base

@@ -42,13 +42,13 @@ from mizu._pickler import dumps as _pickle, loads as _unpickle
 from mizu._wire import encode_for_peer
 
 __all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
-           "READY", "RETIRING", "SINGLE", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message",
+           "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message",
            "encode_result", "encode_task"]
 
 # The .pxd's constants, for the modules of mizu that are Python.
 globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, EXITING=EXITING, FLAT=FLAT,
                  INITIALIZER=INITIALIZER, KEYWORDS=KEYWORDS, OK=OK, RAISED=RAISED, READY=READY, RETIRING=RETIRING,
-                 SINGLE=SINGLE)
+                 SINGLE=SINGLE, STARTING=STARTING)
 
 INLINE = 4096
 _MAX_DESCRIPTORS = 250   # in one sendmsg: the kernel takes at most 253

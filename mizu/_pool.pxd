@@ -52,6 +52,7 @@ cdef class Pool:
     cdef readonly unsigned long recv_owner
     cdef unsigned long send_owner       # the thread in dispatch, holding send_lock
     cdef bint launching                 # start() is starting the workers
+    cdef bint short_told                # warned that the system gave no more processes (grow_no_more)
     cdef public object broken, manager
     cdef public bint shutting_down, started
     cdef readonly object collected       # its Executor's class name once it was garbage collected, else None
@@ -73,7 +74,13 @@ cdef class Pool:
     cdef object final_workers           # the workers' figures then (worker_figures)
     cdef object __weakref__
 
+    cdef start_manager(self)
+    cdef bint give_back(self) except -1
     cdef grow(self)
+    cdef bint grow_while_possible(self) except -1
+    cdef grow_no_more(self, str reason)
+    cdef Py_ssize_t running(self)
+    cdef bint leave_out(self, Worker worker) except -1
     cdef adjust(self, bint put_off=*)
     cdef str start_deferred(self)
     cdef start_put_off(self)

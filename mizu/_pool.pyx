@@ -71,8 +71,8 @@ from libcpp.vector cimport vector
 
 from mizu._core cimport PeerWatch, _Ring
 from mizu._future cimport Cell, cell_of, is_done, new_future, set_exception, set_result, set_running
-from mizu._messages cimport (BATCH, CALL, CALLABLE, KEYWORDS, OK, READY, RETIRING, Codec, Reassembler, body_of, chunks,
-                             is_chunk)
+from mizu._messages cimport (BATCH, CALL, CALLABLE, KEYWORDS, OK, READY, RETIRING, STARTING, Codec, Reassembler, body_of,
+                             chunks, is_chunk)
 from mizu.includes.messages cimport Message, TaskHeader, kResult, read_message, task_header
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
@@ -85,6 +85,7 @@ import threading
 import time
 import traceback
 import types
+import warnings
 import weakref
 from concurrent.futures import _base
 from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
@@ -92,8 +93,9 @@ from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._errors import (BROKEN, BROKEN_FUTURE, COLLECTED, COLLECTED_FUTURE, FORCED, FORCED_FUTURE, NOT_REPLACED,
-                          NOT_REPLACED_FUTURE, TERMINATED, TERMINATED_FUTURE, brief, fail_unpicklable, obituary,
-                          outline_repr, task_repr)
+                          NOT_REPLACED_FUTURE, NOT_STARTED, NOT_STARTED_FUTURE, SHORT_OF_PROCESSES, TERMINATED,
+                          TERMINATED_FUTURE, brief, error_of, fail_unpicklable, obituary, outline_repr,
+                          short_of_processes, task_repr)
 from mizu._future import LazyFuture
 from mizu._pickler import named
 
@@ -291,10 +293,12 @@ cdef class Pool:
 
         Results are collected after each fork, so `first` goes to the first
         worker up rather than after the last fork (each fork copies the
-        client's page tables: 64 take tens of milliseconds). A start cut
-        short (no descriptors or processes left, Ctrl-C, no thread at
-        interpreter exit) raises from the submit and breaks the pool; its
-        workers are terminated, the one running `first` too (the stdlib's
+        client's page tables: 64 take tens of milliseconds). Where the
+        system gives no more processes once some workers run, the pool goes
+        on with them and warns (grow_while_possible). A start cut short (no
+        descriptors or processes left, Ctrl-C, no thread at interpreter
+        exit) raises from the submit and breaks the pool; its workers are
+        terminated, the one running `first` too (the stdlib's
         pool, whose failed start leaves the task queued, runs it at the
         next submit that starts the pool). A result that breaks the pool
         while it forks (one that cannot be unpickled) stops the forks, and
@@ -306,18 +310,19 @@ cdef class Pool:
             # Fork before the thread exists: forking a process with threads risks the child's locks.
             if not self.on_demand:
                 for worker in self.roster:
-                    if self.broken is not None:
+                    if self.broken is not None or not self.grow_while_possible():
                         break
-                    self.grow()
                     self.collect_if_free()
             if self.broken is None:
-                self.manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
-                self.manager.start()
+                self.start_manager()
         except BaseException as exc:
             # The workers are terminated and the result ring closed: one may
             # be running `first`, or wait to push its result.
-            self.terminate_broken(f"Starting them raised {brief.repr(exc)}.", None,
-                                  "The pool could not start its workers")
+            # Raised for want of processes (grow_while_possible, start_manager),
+            # it says what to do; its cause does not.
+            short = short_of_processes(exc.__cause__)
+            self.terminate_broken(str(exc) if short else f"Starting them raised {brief.repr(exc)}.", None,
+                                  NOT_STARTED)
             self.release()
             raise
         finally:
@@ -328,10 +333,86 @@ cdef class Pool:
         _live_pools.add(self)
         self.started = True
 
+    cdef start_manager(self):
+        """Start the manager thread; short of processes, in the room that the workers started last give back."""
+        while True:
+            manager = threading.Thread(target=self.manage, name="mizu-manager", daemon=True)
+            try:
+                manager.start()
+            except RuntimeError as exc:
+                if not short_of_processes(exc):
+                    raise
+                # A thread counts as a process against the system's limit.
+                if not self.short_told or not self.give_back():
+                    raise RuntimeError(f"The pool's manager thread could not start: "
+                                       f"{SHORT_OF_PROCESSES.format(error=exc)}.") from exc
+                continue
+            self.manager = manager
+            return
+
+    cdef bint give_back(self) except -1:
+        """End the worker started last, unless it is the only one or has tasks; False if it stays.
+
+        Before the manager thread starts, when no other thread collects.
+        """
+        cdef Worker worker
+        if self.running() < 2:
+            return False
+        worker = self.workers[-1]
+        if worker.in_flight.size() or worker.started_tasks:
+            return False
+        _signal(worker.process, "kill")
+        worker.process.join()
+        # Its notices, all in the ring now, are settled while its index is in the roster.
+        self.workers.pop()
+        self.collect_if_free()
+        del self.roster[len(self.workers):]
+        if worker.starting:
+            worker.starting = False
+            self.coming -= 1
+        worker.ring.close()
+        worker.channel.close()
+        self.reassembler.forget(worker.index)
+        return True
+
     cdef grow(self):
         worker = self.roster[len(self.workers)]
         self.launch(worker)
         self.workers.append(worker)
+
+    cdef bint grow_while_possible(self) except -1:
+        """grow(); False if the system gives no more processes while other workers run: the pool goes on with them.
+
+        With none running, the error says what to do.
+        """
+        try:
+            self.grow()
+        except OSError as exc:
+            if not short_of_processes(exc):
+                raise
+            text = SHORT_OF_PROCESSES.format(error=exc.strerror)
+            if not self.running():
+                raise type(exc)(exc.errno, f"No worker of the pool could start: {text}.") from exc
+            self.grow_no_more(text)
+            return False
+        return True
+
+    cdef grow_no_more(self, str reason):
+        """Start no worker beyond those started, and say so once: reason, why no more can start."""
+        asked = len(self.roster)
+        del self.roster[len(self.workers):]
+        if not self.short_told:
+            self.short_told = True
+            warnings.warn(f"mizu's pool goes on with {self.running()} of the {asked} workers asked for: {reason}.",
+                          RuntimeWarning)
+
+    cdef Py_ssize_t running(self):
+        """The workers whose processes run (started, not exited or left out)."""
+        cdef Worker worker
+        cdef Py_ssize_t n = 0
+        for worker in self.workers:
+            n += worker.watch is not None
+        return n
 
     cdef adjust(self, bint put_off=False):
         """On demand: start a worker unless a completed task left one idle (the stdlib's rule).
@@ -347,7 +428,7 @@ cdef class Pool:
             elif put_off or (self.paced and (self.deferred or self.starting_now() >= self.cores)):
                 self.deferred += 1   # started as results and notices are collected, or by the manager thread
             else:
-                self.grow()
+                self.grow_while_possible()
 
     cdef str start_deferred(self):
         """Start the workers that submits put off, while fewer than one per CPU are starting. Under state_lock.
@@ -372,8 +453,11 @@ cdef class Pool:
                and self.pending.size() > self.coming and self.starting_now() < self.cores):
             self.deferred -= 1
             try:
-                self.grow()
+                if not self.grow_while_possible():
+                    break
             except Exception as exc:
+                if short_of_processes(exc.__cause__):
+                    return str(exc)
                 return f"A worker could not be started: {brief.repr(exc)}."
         if not self.pending.size() or len(self.workers) == len(self.roster):
             self.deferred = 0
@@ -1152,8 +1236,25 @@ cdef class Pool:
             if worker.watch.alive() or self.broken is not None:
                 continue
             _reap(worker.process)
+            if not worker.up and worker.failure is not None and worker.failure[0] == STARTING:
+                if self.leave_out(worker):
+                    continue
+                self.terminate_broken(self.obituary_of(worker), None, NOT_STARTED, NOT_STARTED_FUTURE)
+                return
             self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
             return
+
+    cdef bint leave_out(self, Worker worker) except -1:
+        """Go on without worker, which could not start for want of processes; False if no other worker runs."""
+        worker.watch = None
+        if worker.starting:
+            worker.starting = False
+            self.coming -= 1
+        if not self.running():
+            return False
+        with self.state_lock:
+            self.grow_no_more(SHORT_OF_PROCESSES.format(error=error_of(worker.failure[1])))
+        return True
 
     cdef str obituary_of(self, Worker worker):
         # It runs its tasks in the order they were sent: the oldest not answered is its current one.

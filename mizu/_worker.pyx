@@ -5,7 +5,7 @@ from libc.stdint cimport int64_t
 
 from mizu._core cimport PeerWatch, _Ring
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, READY, RETIRING,
-                             SINGLE, EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
+                             SINGLE, STARTING, EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.messages cimport Message, ResultHeader, Status, kTask, read_message, result_header
 from mizu.includes.wire cimport Writer
@@ -84,7 +84,7 @@ def _arrays_in_the_arena():
 
 
 def _last_words(results, channel, index, stage, exc):
-    """Tell the client why this worker ends (stage: INITIALIZER or DECODING), for its BrokenProcessPool."""
+    """Tell the client why this worker ends (stage: STARTING, INITIALIZER or DECODING), for its BrokenProcessPool."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     error = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
     try:
@@ -149,7 +149,12 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     _codec.by_value = by_value
     # A task may run for hours; a thread of the core's ends the worker as
     # soon as the client is gone, whatever the task is doing.
-    CPeerWatch.die_with(client_pid)
+    try:
+        CPeerWatch.die_with(client_pid)
+    except OSError as exc:
+        # No thread left in the system: the pool goes on without this worker (mizu._pool.Pool.leave_out).
+        _last_words(results, channel, index, STARTING, exc)
+        return
     if initializer is not None:
         try:
             initializer(*initargs)

@@ -859,6 +859,44 @@ def client_short_of_arena():
     _report(**seen)
 
 
+def client_short_of_processes(limit, workers, uid):
+    """As user uid (unless None), with RLIMIT_NPROC at limit: a fork pool of `workers` given a 0.2 s sleep for each.
+
+    Reports the first task's outcome, the outcomes of the others, a later
+    submit's, the warnings, and the workers still alive once it is shut down.
+    """
+    import concurrent.futures
+    import json  # noqa: F401 (for _report)
+    import multiprocessing
+    import resource
+    import warnings
+
+    import mizu
+
+    fork = multiprocessing.get_context("fork")
+    # Everything a task needs is imported before the user changes: the
+    # interpreter's files may be the current user's alone.
+    with mizu.ProcessPoolExecutor(1, mp_context=fork) as ex:
+        ex.submit(nap, 0).result(timeout=60)
+    if uid is not None:
+        os.setgid(uid)
+        os.setuid(uid)
+    resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    seen = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ex = mizu.ProcessPoolExecutor(workers, mp_context=fork)
+        seen["first"] = _outcome(lambda: ex.submit(nap, 0.2).result(timeout=120))
+        futures = [ex.submit(nap, 0.2) for _ in range(workers - 1)] if seen["first"][0] == "ok" else []
+        concurrent.futures.wait(futures, timeout=120)
+        seen["results"] = sorted({_outcome(lambda: f.result(timeout=0))[0] for f in futures})
+        seen["later"] = _outcome(lambda: ex.submit(nap, 0).result(timeout=60))
+        ex.shutdown()
+    seen["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+    seen["alive"] = [p.pid for p in multiprocessing.active_children()]
+    _report(**seen)
+
+
 def client_in_memory_cgroup(procs):
     """Join the memory cgroup whose cgroup.procs file is procs; then ask for more shared memory than it allows."""
     with open(procs, "w") as file:

@@ -30,6 +30,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
     cdef enum class Stage(uint8_t):
         initializer
         decoding
+        starting
 
     cdef struct TaskHeader:
         uint8_t kind

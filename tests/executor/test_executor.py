@@ -816,8 +816,9 @@ def test_a_fork_pool_runs_its_first_task_while_it_forks_the_others(monkeypatch, 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
 def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypatch, tmp_path):
-    """The last fork fails while the first worker runs the first task: the submit raises at once, and no
-    process, descriptor or segment is left."""
+    """The last fork fails (no descriptor left) while the first worker runs the first task: the submit raises
+    at once, and no process, descriptor or segment is left. (Short of processes, the pool would go on with the
+    workers it has: test_a_pool_short_of_processes_says_so.)"""
     import errno
 
     ran = tmp_path / "ran"
@@ -826,7 +827,7 @@ def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypa
         if index < 15:
             _until(ran)
         else:
-            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+            raise OSError(errno.EMFILE, "Too many open files")
 
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as warm:
         warm.submit(children.double, 1).result(timeout=60)
@@ -834,7 +835,7 @@ def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypa
     _hook_launches(monkeypatch, before)
     ex = mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork"))
     start = time.monotonic()
-    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+    with pytest.raises(OSError, match="Too many open files"):
         ex.submit(children.announce_then_nap, str(ran), 120)
     assert time.monotonic() - start < 60
     assert ran.exists()
@@ -844,6 +845,24 @@ def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypa
     with pytest.raises(BrokenProcessPool, match="could not start its workers"):
         ex.submit(children.double, 1)
     ex.shutdown()
+
+
+def test_a_pool_short_of_processes_goes_on_with_the_workers_it_has(monkeypatch, start_method):
+    """From its third worker on, starting one fails as a fork does once the system gives no more processes:
+    the pool warns once and runs every task on the two it has. (For real: test_a_pool_short_of_processes_says_so.)"""
+    import errno
+
+    def before(index):
+        if index >= 2:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    _hook_launches(monkeypatch, before)
+    with pytest.warns(RuntimeWarning, match=r"goes on with 2 of the 4 workers asked for: .*ulimit -u") as caught:
+        with mizu.ProcessPoolExecutor(4, mp_context=multiprocessing.get_context(start_method)) as ex:
+            pids = set(ex.map(children.nap_then_pid, [0.1] * 8, timeout=120))
+    assert len(pids) <= 2
+    assert len([w for w in caught if issubclass(w.category, RuntimeWarning)]) == 1
+    assert not multiprocessing.active_children()
 
 
 def test_a_result_that_breaks_the_pool_while_it_forks_stops_the_forks(monkeypatch, tmp_path):

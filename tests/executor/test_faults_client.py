@@ -263,6 +263,41 @@ def test_memory_cgroup_limit_gives_a_clear_error_not_a_kill(client, memory_cgrou
     assert seen["after"] == ["ok", 42]
 
 
+# -- short of processes ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_uid():
+    """A user id that no process has, for a child whose RLIMIT_NPROC then counts its own processes only."""
+    if sys.platform != "linux":
+        pytest.skip("RLIMIT_NPROC counts a user's processes and threads on Linux")
+    # root ignores RLIMIT_NPROC, and any other user has processes of its own that would count.
+    require(os.geteuid() == 0, "this test runs a client as a user of its own: it runs as root")
+    return 0x70000000 + os.getpid()
+
+
+@pytest.mark.parametrize("limit, outcome", [(12, "goes on"), (1, "raises")])
+def test_a_pool_short_of_processes_says_so(client, fresh_uid, limit, outcome):
+    """A fork pool of 16 workers whose user may have `limit` processes and threads: with some workers up it goes
+    on with them and warns once; with none, the first submit raises an OSError that says what to do, later ones
+    BrokenProcessPool. Either way nothing hangs and no worker is left."""
+    c = client(f"client_short_of_processes({limit}, 16, {fresh_uid})")
+    seen = json.loads(c.line(180))
+    assert c.wait(60)[0] == 0
+    assert seen["alive"] == []
+    if outcome == "goes on":
+        assert seen["first"] == ["ok", 0.2] and seen["results"] == ["ok"] and seen["later"] == ["ok", 0], seen
+        assert len(seen["warnings"]) == 1, seen
+        warning = seen["warnings"][0]
+        assert warning.startswith("RuntimeWarning: mizu's pool goes on with ") and "of the 16 workers" in warning
+        assert "ulimit -u" in warning and "fewer workers" in warning
+    else:
+        assert seen["first"][0] == "BlockingIOError", seen
+        assert "No worker of the pool could start" in seen["first"][1] and "ulimit -u" in seen["first"][1]
+        assert seen["later"][0] == "BrokenProcessPool" and "ulimit -u" in seen["later"][1], seen
+        assert seen["warnings"] == []
+
+
 # -- many threads, one pool ---------------------------------------------------------------------------
 
 
