@@ -22,10 +22,12 @@ Usage: python benchmarks/mizu-stdlib-bench.py [--repeats N] [--quick] [--json PA
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,18 +55,23 @@ def round_trip(pool, n):
     return (time.perf_counter() - start) / n
 
 
-def loaded_round_trip(pool, n):
-    """round_trip while a busy process per CPU keeps every CPU busy."""
-    import subprocess
-
+@contextlib.contextmanager
+def busy_cpus():
+    """A busy process per CPU (`while True: pass`) while the block runs."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         time.sleep(0.2)
-        return round_trip(pool, n)
+        yield
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def loaded_round_trip(pool, n):
+    """round_trip while a busy process per CPU keeps every CPU busy."""
+    with busy_cpus():
+        return round_trip(pool, n)
 
 
 def pipelined(pool, n, fn=trivial):
@@ -332,8 +339,6 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 
 def run_program(args, folder, env=None):
     """Seconds a fresh interpreter takes to run with args in folder, and its stdout; it must succeed."""
-    import subprocess
-
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=folder)
     seconds = time.perf_counter() - start

@@ -14,3 +14,10 @@ def test_paired_runs_two_interpreters_in_alternation():
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert re.fullmatch(r"map, 4 pairs of 200 tasks: A [\d.]+ us, B [\d.]+ us per task \(medians\); "
                         r"B/A [\d.]+ \(quartiles [\d.]+-[\d.]+\)\n", out), out
+
+
+def test_busy_runs_count_the_runs_mizu_was_ahead():
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "mizu-busy-bench.py"), "--quick", "--repeats", "2"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert re.search(r"^mizu ahead of ThreadPool in [012] of 2 runs\nmizu ahead of ProcessPool in [012] of 2 runs\n\Z",
+                     out, re.M), out
