@@ -216,9 +216,16 @@ def test_arena_limit_gives_clear_memory_errors(client):
     assert seen["after"] == ["ok", 42]
 
 
+def _enables_memory(cgroup):
+    with open(os.path.join(cgroup, "cgroup.subtree_control")) as file:
+        return "memory" in file.read().split()
+
+
 @pytest.fixture
 def memory_cgroup():
-    """The cgroup.procs file of a new memory cgroup limited to 256 MiB, under this process's own."""
+    """The cgroup.procs file of a new memory cgroup limited to 256 MiB, under this process's own (cgroup v2:
+    under its nearest ancestor that enables the memory controller below it, as a service's cgroup, which holds
+    processes, cannot)."""
     if sys.platform != "linux":
         pytest.skip("memory cgroups are Linux's")
     require(os.geteuid() == 0, "this test makes a memory cgroup: it runs as root")
@@ -228,9 +235,12 @@ def memory_cgroup():
     if v1:
         parent, limit_file = "/sys/fs/cgroup/memory" + v1[0], "memory.limit_in_bytes"
     else:
-        parent, limit_file = "/sys/fs/cgroup" + next(path for hid, _, path in lines if hid == "0"), "memory.max"
-        with open(os.path.join(parent, "cgroup.subtree_control")) as file:
-            require("memory" in file.read().split(), "the memory controller is not enabled below this process's cgroup")
+        limit_file = "memory.max"
+        parent = "/sys/fs/cgroup" + next(path for hid, _, path in lines if hid == "0").rstrip("/")
+        while not _enables_memory(parent) and parent != "/sys/fs/cgroup":
+            parent = os.path.dirname(parent)
+        require(_enables_memory(parent), "the memory controller is not enabled below this process's cgroup nor any "
+                                         "of its ancestors")
     where = os.path.join(parent, f"mizu-test-{os.getpid()}")
     os.mkdir(where)
     try:
