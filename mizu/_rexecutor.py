@@ -70,8 +70,9 @@ class RExecutor(concurrent.futures.Executor):
         `setup` is neither a str nor a path, or `max_tasks_per_child` is not
         an int.
     FileNotFoundError
-        R is not installed (the message says how to install it), or
-        `setup` names an R file that does not exist.
+        R is not installed (the message says how to install it), `rscript`
+        is not an executable file, or `setup` names an R file that does
+        not exist.
     mizu._rpackage.RPackageBuildError
         mizu's R package could not be built (no compiler, say); the message
         names what is missing and ends with R's output.
@@ -108,9 +109,8 @@ class RExecutor(concurrent.futures.Executor):
                 raise TypeError("max_tasks_per_child must be an integer")
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
-        if rscript is None:
-            rscript = _rpackage.find_rscript()
-        library = _rpackage.ensure_installed()
+        rscript = _rpackage.find_rscript(rscript)
+        library = _rpackage.ensure_installed(rscript=rscript)
         self._max_workers = max_workers
         launcher = RLauncher(rscript, library, setup, max_tasks_per_child)
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)

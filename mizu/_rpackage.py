@@ -48,10 +48,16 @@ class RPackageBuildError(RuntimeError):
     """``R CMD INSTALL`` failed to build mizu's R package; the message ends with R's output."""
 
 
-def find_rscript():
-    """find_rscript()
+def find_rscript(rscript=None):
+    """find_rscript(rscript=None)
 
-    The ``Rscript`` executable that R workers run: the first on ``PATH``.
+    The ``Rscript`` executable that R workers run: `rscript` if given, else
+    the first on ``PATH``.
+
+    Parameters
+    ----------
+    rscript : os.PathLike or str, optional
+        The path of an ``Rscript``.
 
     Returns
     -------
@@ -60,9 +66,15 @@ def find_rscript():
     Raises
     ------
     FileNotFoundError
-        R is not installed, or not on ``PATH``; the message says how to
-        install it.
+        `rscript` is not an executable file; or, without it, R is not
+        installed, or not on ``PATH``: the message says how to install it.
     """
+    if rscript is not None:
+        path = pathlib.Path(os.path.expanduser(rscript))
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise FileNotFoundError(f"rscript={os.fspath(rscript)!r} is not an executable file: pass the path of R's "
+                                    "Rscript, or None for the first on PATH")
+        return path
     found = shutil.which("Rscript")
     if found is None:
         raise FileNotFoundError(f"mizu's R workers run Rscript, which is not on PATH: {_INSTALL_R}; or put the "
@@ -79,10 +91,11 @@ def _r_version(rscript):
     return match[1]
 
 
-def library_dir():
-    """library_dir()
+def library_dir(rscript=None):
+    """library_dir(rscript=None)
 
-    The R library that holds mizu's R package for this R and this mizu.
+    The R library that holds mizu's R package for this R (`rscript`'s, by
+    default the first ``Rscript`` on ``PATH``'s) and this mizu.
 
     ``$MIZU_R_LIBRARY`` if set, else
     ``${XDG_CACHE_HOME:-~/.cache}/mizu/R-<R version>-mizu-<mizu version>``.
@@ -95,7 +108,8 @@ def library_dir():
     Raises
     ------
     FileNotFoundError
-        R is not installed (its version names the default directory).
+        R is not installed (its version names the default directory), or
+        `rscript` is not an executable file.
     """
     override = os.environ.get("MIZU_R_LIBRARY")
     if override:
@@ -103,7 +117,7 @@ def library_dir():
     from mizu import __version__
 
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "mizu" / f"R-{_r_version(find_rscript())}-mizu-{__version__}"
+    return pathlib.Path(cache) / "mizu" / f"R-{_r_version(find_rscript(rscript))}-mizu-{__version__}"
 
 
 def _core_dir():
@@ -209,8 +223,8 @@ def _build(rscript, library, stamp, files):
         (staging / _PACKAGE).rename(target)
 
 
-def ensure_installed(verbose=True):
-    """ensure_installed(verbose=True)
+def ensure_installed(verbose=True, rscript=None):
+    """ensure_installed(verbose=True, rscript=None)
 
     Build mizu's R package into `library_dir` unless it is there already,
     built from the same sources for the same R.
@@ -222,6 +236,9 @@ def ensure_installed(verbose=True):
     ----------
     verbose : bool, optional
         Say on stderr, once, that a build is starting (it takes a minute).
+    rscript : os.PathLike or str, optional
+        The ``Rscript`` of the R to build for; by default the first on
+        ``PATH``.
 
     Returns
     -------
@@ -231,13 +248,14 @@ def ensure_installed(verbose=True):
     Raises
     ------
     FileNotFoundError
-        R is not installed, or mizu's sources are incomplete.
+        R is not installed, `rscript` is not an executable file, or mizu's
+        sources are incomplete.
     RPackageBuildError
         The build failed: the message names a missing compiler when that is
         the cause, and ends with R's output.
     """
-    rscript = find_rscript()
-    library = library_dir()
+    rscript = find_rscript(rscript)
+    library = library_dir(rscript)
     files = _source_files()
     stamp = _build_stamp(rscript, files)
     if _installed_stamp(library) == stamp:
