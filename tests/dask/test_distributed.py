@@ -5,6 +5,7 @@ running the same tasks on Dask's own executor, before the plugin is
 registered.
 """
 
+import concurrent.futures
 import multiprocessing
 import os
 import signal
@@ -126,6 +127,34 @@ def test_pools_of_each_start_method_run_what_the_client_sends(cluster, start_met
     ran = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
     # Under forkserver, a pool's processes are the fork server's children, not the worker's.
     assert {pid for pid, _ in ran} <= {pid for _, pool in task_processes(cluster).values() for pid in pool}
+
+
+def test_a_named_executor_takes_the_tasks_annotated_with_it_and_by_value_false_pickles_by_name(cluster):
+    """WorkerPool(executor="pool", by_value=False): tasks annotated with the executor run in the pool's processes,
+    others in the worker's threads as before. Without by_value, the pool pickles a function by its name, and a
+    lambda that the client sent fails as the stdlib's pool fails on it. Removing the plugin takes the executor
+    and its processes away."""
+    workers = {pid for pid, _ in task_processes(cluster).values()}
+    cluster.register_plugin(mizu.dask.WorkerPool(executor="pool", by_value=False, start_method="fork"))
+    plain = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+    with dask.annotate(executor="pool"):
+        pooled = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+    pools = {pid for _, pids in task_processes(cluster).values() for pid in pids}
+    assert {pid for pid, _ in plain} <= workers
+    assert {pid for pid, _ in pooled} <= pools and {parent for _, parent in pooled} <= workers
+    offset = 3
+    assert cluster.submit(lambda v: v + offset, 1).result() == 4
+    with dask.annotate(executor="pool"):
+        in_pool = cluster.submit(lambda v: v + offset, 1)
+    with pytest.raises(Exception) as raised:
+        in_pool.result()
+    with concurrent.futures.ProcessPoolExecutor(1) as stdlib, pytest.raises(Exception) as oracle:
+        stdlib.submit(lambda v: v + offset, 1).result()
+    assert type(raised.value) is type(oracle.value) and "<locals>.<lambda>" in str(raised.value), raised.value
+    cluster.unregister_worker_plugin("mizu-pool")
+    assert set(map(tuple, cluster.run(lambda dask_worker: sorted(dask_worker.executors)).values())) == {
+        ("actor", "default", "offload")}
+    exit_all(pools, 30)
 
 
 def test_inside_a_task_the_worker_is_not_found(cluster):
