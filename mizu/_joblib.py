@@ -230,8 +230,11 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         n_jobs = self.effective_n_jobs(n_jobs)
         if n_jobs == 1:
             raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
-        # Parallel's arguments over parallel_config's.
+        # Parallel's arguments over parallel_config's, but the context: Parallel passes joblib's default one
+        # always, and parallel_config's is the user's choice.
         options = {**self.backend_kwargs, **options}
+        if "context" in self.backend_kwargs:
+            options["context"] = self.backend_kwargs["context"]
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
             raise TypeError(f"the mizu backend takes no argument {', '.join(map(repr, unknown))}; it takes "

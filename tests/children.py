@@ -623,6 +623,12 @@ def shared_slice(n):
     return SHARED[:n]
 
 
+def shared_value(*_):
+    """SHARED as this worker has it: the test's value under fork, None in a worker that spawn or forkserver
+    started."""
+    return SHARED
+
+
 # -- clients of the fault tests: run by `python -c`, they report on stdout --------------------------
 
 

@@ -174,6 +174,15 @@ def test_a_loop_in_a_daemonic_process_runs_in_it(backend):
     assert found["n_jobs"] == 1 and found["pids"] == {found["pid"]} and "n_jobs=1" in found["warning"]
 
 
+def test_the_context_of_parallel_config_chooses_the_start_method(monkeypatch):
+    """parallel_config's context starts the workers, over the default context that Parallel passes: under
+    fork they inherit the caller's state, under spawn and forkserver they do not."""
+    monkeypatch.setattr(children, "SHARED", "the caller's")
+    for method, inherited in [("fork", "the caller's"), ("spawn", None), ("forkserver", None)]:
+        with parallel_config(backend="mizu", n_jobs=2, context=multiprocessing.get_context(method)):
+            assert Parallel()(delayed(children.shared_value)(i) for i in range(4)) == [inherited] * 4, method
+
+
 def test_a_loop_runs_while_another_holds_the_pool_with_other_arguments():
     """Each Parallel(backend="mizu") has a backend of its own; the second loop gets a pool of its own."""
     first = Parallel(backend="mizu", n_jobs=2, return_as="generator")(delayed(children.double)(i) for i in range(50))
