@@ -174,6 +174,22 @@ def test_a_loop_in_a_daemonic_process_runs_in_it(backend):
     assert found["n_jobs"] == 1 and found["pids"] == {found["pid"]} and "n_jobs=1" in found["warning"]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_nested_in_a_thread_runs_in_it_with_a_warning(backend):
+    """A loop inside a call of a threading loop: in that thread, n_jobs=1, with a warning that says so."""
+    import warnings
+
+    def inner(_):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pids = set(Parallel(backend=backend, n_jobs=2)(delayed(os.getpid)() for _ in range(4)))
+        return pids, [str(w.message) for w in caught]
+
+    found = Parallel(backend="threading", n_jobs=2)(delayed(inner)(i) for i in range(2))
+    for pids, warned in found:
+        assert pids == {os.getpid()} and len(warned) == 1 and "n_jobs=1" in warned[0], found
+
+
 def test_the_context_of_parallel_config_chooses_the_start_method(monkeypatch):
     """parallel_config's context starts the workers, over the default context that Parallel passes: under
     fork they inherit the caller's state, under spawn and forkserver they do not."""
@@ -181,6 +197,12 @@ def test_the_context_of_parallel_config_chooses_the_start_method(monkeypatch):
     for method, inherited in [("fork", "the caller's"), ("spawn", None), ("forkserver", None)]:
         with parallel_config(backend="mizu", n_jobs=2, context=multiprocessing.get_context(method)):
             assert Parallel()(delayed(children.shared_value)(i) for i in range(4)) == [inherited] * 4, method
+
+
+def test_an_option_the_backend_does_not_take_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="the mizu backend takes no argument 'bogus'; it takes context, "):
+        with parallel_config(backend="mizu", n_jobs=2, bogus=1):
+            Parallel()(delayed(children.double)(i) for i in range(4))
 
 
 def test_a_loop_runs_while_another_holds_the_pool_with_other_arguments():
@@ -238,6 +260,7 @@ def test_a_large_argument_is_read_only_in_the_workers_unless_asked(backend):
             Parallel()(delayed(children.fill_then_first)(big, i) for i in range(4))
         assert Parallel(max_nbytes=None)(delayed(children.fill_then_first)(big, i) for i in range(4)) == [0, 1, 2, 3]
         assert Parallel(mmap_mode="r+")(delayed(children.fill_then_first)(big, 7) for _ in range(4)) == [7] * 4
+        assert Parallel(mmap_mode="w+")(delayed(children.fill_then_first)(big, 8) for _ in range(4)) == [8] * 4
     assert not big.any(), "the caller's array is never written"
 
 
