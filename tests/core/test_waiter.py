@@ -104,6 +104,24 @@ def test_messages_sent_before_death_are_still_delivered():
     assert ring.pop(timeout=5, peer=_core.PeerWatch(os.getpid())) == b"last words"
 
 
+def test_mizu_waiter_sets_the_backend_of_a_pools_rings(waiter, start_method, monkeypatch):
+    """MIZU_WAITER names the wait backend of the segments made without waiter=, a pool's among them; its
+    workers, however started, wait on the segment's backend, and the pool computes what the stdlib's does."""
+    import concurrent.futures as cf
+
+    monkeypatch.setenv("MIZU_WAITER", waiter)
+    assert _core.Segment(1 << 16).waiter == waiter
+    context = multiprocessing.get_context(start_method)
+    results = {}
+    for kind in (mizu.ProcessPoolExecutor, cf.ProcessPoolExecutor):
+        with kind(2, mp_context=context) as ex:
+            results[kind] = (list(ex.map(children.double, range(300), chunksize=7)),
+                             [ex.submit(children.add, i, b=1, c=2).result(timeout=60) for i in range(50)])
+            if kind is mizu.ProcessPoolExecutor:
+                assert ex._pool.segment.waiter == waiter
+    assert results[mizu.ProcessPoolExecutor] == results[cf.ProcessPoolExecutor]
+
+
 def test_idle_waiter_uses_almost_no_cpu(waiter):
     seg = _core.Segment(1 << 16, waiter=waiter)
     idle, report = _core.SpscRing(seg, 2, 16), _core.SpscRing(seg, 2, 64)
