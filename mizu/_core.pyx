@@ -71,7 +71,8 @@ def _backend(waiter):
     try:
         return _BACKENDS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"waiter must be one of {sorted(_BACKENDS)}, got {name!r}") from None
+        what = "MIZU_WAITER" if waiter is None else "waiter"
+        raise ValueError(f"{what} must be one of {sorted(_BACKENDS)}, got {name!r}") from None
 
 
 cdef uint64_t _bounded(str what, object value, uint64_t limit) except? 0:
@@ -155,7 +156,8 @@ cdef class Segment:
     Raises
     ------
     ValueError
-        `size` is not positive or `waiter` is unknown.
+        `size` is not positive, or `waiter` (without it, ``MIZU_WAITER``)
+        is unknown.
     MemoryError
         The memory cannot be reserved.
     """

@@ -122,6 +122,14 @@ def test_mizu_waiter_sets_the_backend_of_a_pools_rings(waiter, start_method, mon
     assert results[mizu.ProcessPoolExecutor] == results[cf.ProcessPoolExecutor]
 
 
+def test_an_unknown_mizu_waiter_is_a_value_error_naming_it(monkeypatch):
+    monkeypatch.setenv("MIZU_WAITER", "spinning")
+    with pytest.raises(ValueError, match=r"^MIZU_WAITER must be one of \['native', 'portable'\], got 'spinning'$"):
+        mizu.ProcessPoolExecutor(2)
+    with pytest.raises(ValueError, match=r"^waiter must be one of \['native', 'portable'\], got 'spinning'$"):
+        _core.Segment(1 << 16, waiter="spinning")
+
+
 def test_idle_waiter_uses_almost_no_cpu(waiter):
     seg = _core.Segment(1 << 16, waiter=waiter)
     idle, report = _core.SpscRing(seg, 2, 16), _core.SpscRing(seg, 2, 64)
