@@ -793,19 +793,19 @@ def _hook_launches(monkeypatch, before):
 
 
 def _until(path):
-    """A launch hook's pause: time for the first worker to come up and take its task, until path exists."""
-    if not path.exists():
-        time.sleep(0.3)
+    """A launch hook's gate: wait for the first worker to take its task and create path; whether it did."""
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.exists()
 
 
 def test_a_fork_pool_runs_its_first_task_while_it_forks_the_others(monkeypatch, tmp_path):
     ran, seen = tmp_path / "ran", []
 
     def before(index):
-        if index < 15:
-            _until(ran)
-        else:
-            seen.append(ran.exists())
+        if index == 15:
+            seen.append(_until(ran))
 
     _hook_launches(monkeypatch, before)
     with mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork")) as ex:
@@ -824,9 +824,8 @@ def test_a_start_cut_short_terminates_the_worker_running_the_first_task(monkeypa
     ran = tmp_path / "ran"
 
     def before(index):
-        if index < 15:
+        if index == 15:
             _until(ran)
-        else:
             raise OSError(errno.EMFILE, "Too many open files")
 
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as warm:
