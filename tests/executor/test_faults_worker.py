@@ -237,7 +237,6 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
 
 def test_segfault_while_a_large_array_result_is_copied_out(make, executor_type, context):
     """The worker copies a 64 MB array result (to the arena, or into the pickle) and crashes halfway."""
-    pytest.importorskip("numpy")
     ex = make(executor_type, 2, mp_context=context)
     doomed = ex.submit(children.half_readable_array, 64 << 20)
     errors, refusal = _broken_errors(ex, [doomed])
