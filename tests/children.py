@@ -642,11 +642,10 @@ def wait_for_file(path, seconds=120):
     return os.getpid()
 
 
-def mark_once(directory, name, seconds=0.0):
-    """Create the file name in directory, failing if it exists: a task that runs twice fails; then sleep."""
-    open(os.path.join(directory, str(name)), "x").close()
-    time.sleep(seconds)
-    return name
+def die_once_file(path, code=3):
+    """Exit with code once path exists (a gate the test opens)."""
+    wait_for_file(path)
+    os._exit(code)
 
 
 def mark_and_sleep(directory, data, seconds):

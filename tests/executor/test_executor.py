@@ -310,10 +310,13 @@ def test_failing_initializer_breaks_the_pool(executor_type):
     ex.shutdown()
 
 
-def test_worker_death_breaks_the_pool(executor_type, start_method):
+def test_worker_death_breaks_the_pool(executor_type, start_method, tmp_path):
+    """The worker dies once every task is submitted; the tasks running and pending then wait for a gate that
+    never opens, so none can end but by the break."""
     ex = executor_type(2, mp_context=multiprocessing.get_context(start_method))
-    fatal = ex.submit(children.die, 3)
-    slow = [ex.submit(children.nap, 2) for _ in range(3)]
+    fatal = ex.submit(children.die_once_file, str(tmp_path / "die"), 3)
+    slow = [ex.submit(children.wait_for_file, str(tmp_path / "never"), 60) for _ in range(3)]
+    (tmp_path / "die").touch()
     with pytest.raises(BrokenProcessPool):
         fatal.result(timeout=60)
     for future in slow:
