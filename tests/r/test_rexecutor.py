@@ -367,7 +367,7 @@ def test_no_task_waits_behind_a_running_one_while_a_worker_idles(r_library, tmp_
     wait = "function(started, gate) { file.create(started); while (!file.exists(gate)) Sys.sleep(0.01); 0 }"
     # Each run appends a line to the log: read once the pool has shut down,
     # it shows a task that ran twice even when that run's result was dropped.
-    record = "function(log, i) { Sys.sleep(0.001); cat(i, '\\n', file = log, append = TRUE); i }"
+    record = "function(log, i) { Sys.sleep(0.001); cat(paste0(i, '\\n'), file = log, append = TRUE); i }"
     with mizu.RExecutor(2) as pool:
         running = pool.submit(wait, started, gate)
         children.wait_for_file(started)
@@ -382,7 +382,7 @@ def test_no_task_waits_behind_a_running_one_while_a_worker_idles(r_library, tmp_
         # The worker that ran the long task knows the function of the tasks taken back from it.
         assert list(pool.map(record, [log] * 20, range(100, 120))) == list(range(100, 120))
     with open(log) as lines:
-        assert sorted(int(line) for line in lines) == list(range(120))
+        assert sorted(int(word) for word in lines.read().split()) == list(range(120))
 
 
 def test_futures_work_with_wait_as_completed_callbacks_and_asyncio(r):
