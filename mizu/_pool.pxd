@@ -20,7 +20,8 @@ cdef class Worker:
     cdef unsigned long long last_fn_id
     cdef public object process, watch, channel, failure
     cdef public Py_ssize_t started_tasks
-    cdef int64_t head_since           # when the oldest task in flight became the oldest (now_ns; see Pool.rebalance)
+    cdef unsigned long long head_seen # the id of its oldest task in flight when Pool.rebalance last looked,
+    cdef int64_t head_seen_at         # and when it first saw that task there (now_ns)
     cdef bint held                    # tasks were taken back from behind its oldest: none joins them until it ends
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Pool.pick)
@@ -98,6 +99,7 @@ cdef class Pool:
     cdef bytes task_message(self, Worker worker, Cell cell, Writer& w)
     cdef Worker pick(self, Py_ssize_t depth)
     cdef bint rebalance(self) except -1
+    cdef bint queued_behind(self) noexcept
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message)
     cdef flush(self, Worker worker)
     cdef bint take_recv(self, int64_t deadline_ns) except -1

@@ -112,7 +112,8 @@ _MAX_DEPTH = 48
 _SHORT_TASK = 200e-6
 cdef Py_ssize_t _MAX_DEPTH_C = _MAX_DEPTH
 cdef double _SHORT_TASK_C = _SHORT_TASK
-cdef int64_t _SHORT_TASK_NS = <int64_t>(_SHORT_TASK * 1e9)
+_TAKE_BACK = 0.001     # seconds a task runs before those queued behind it are taken back for an idle worker
+cdef int64_t _TAKE_BACK_NS = <int64_t>(_TAKE_BACK * 1e9)
 _GRACE = 1.0          # seconds a worker has to end on SIGTERM when the pool breaks
 _SLOWEST = 5          # the slowest tasks that insights() reports
 _UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
@@ -697,7 +698,7 @@ cdef class Pool:
                     self.flush(worker)
             # terminate_broken takes send_lock: no task is between pending
             # and in_flight while it collects them.
-            while self.pending.size() and self.broken is None or self.rebalance():
+            while self.pending.size() and self.broken is None or self.unbalanced and self.rebalance():
                 worker = self.pick(depth)
                 if worker is None:
                     break
@@ -712,8 +713,6 @@ cdef class Pool:
                 cell.task_id = self.last_task_id
                 # In flight before it is pickled: pickling may run Python code
                 # and let another thread in, whose shutdown() must see it.
-                if not worker.in_flight.size():
-                    worker.head_since = now_ns()
                 worker.in_flight.push(future)
                 try:
                     w.clear()
@@ -839,6 +838,9 @@ cdef class Pool:
     cdef bint rebalance(self) except -1:
         """Take back the tasks queued behind a running one while a worker idles; whether it did. Under send_lock.
 
+        Called while `unbalanced`, which settle sets when a worker idles
+        with nothing pending and tasks queued behind others.
+
         A worker's ring holds tasks behind the one it runs so that a busy
         pool pipelines; once nothing is pending and a worker idles, those
         wait for nothing. The busiest worker's are withdrawn (the ring's
@@ -846,7 +848,8 @@ cdef class Pool:
         put back in front of `pending`, running, as reserved tasks are:
         dispatch sends them again, to other workers (the worker is `held`
         until its oldest task ends; what they cannot take waits in
-        `pending`). Only once that task has run for _SHORT_TASK:
+        `pending`). Only once that task has run for _TAKE_BACK (counted
+        from when this first saw it oldest):
         fine-grained work drains sooner than its tasks could be sent
         again. Until then, or while the worker is between tasks (it has
         not claimed the oldest, or has ended it and claimed the next),
@@ -855,17 +858,25 @@ cdef class Pool:
         """
         cdef Worker worker, idle = None, busiest = None
         cdef Py_ssize_t n
-        cdef int64_t started_by = now_ns() - _SHORT_TASK_NS
+        cdef unsigned long long head
+        cdef int64_t now
         cdef bint waiting = False
         self.unbalanced = False
         if self.pending.size() or self.broken is not None:
             return False
+        now = now_ns()
         for worker in self.workers:
             if worker.outbox:
                 continue
             n = worker.in_flight.size()
             if n >= 2:
-                if worker.head_since > started_by:
+                # A task's run counts from when this first saw it oldest:
+                # the hot paths keep no clock.
+                head = cell_of(worker.in_flight.oldest()).task_id
+                if head != worker.head_seen:
+                    worker.head_seen, worker.head_seen_at = head, now
+                    waiting = True
+                elif now - worker.head_seen_at < _TAKE_BACK_NS:
                     waiting = True
                 elif busiest is None or n > busiest.in_flight.size():
                     busiest = worker
@@ -887,6 +898,14 @@ cdef class Pool:
             self.reserved += 1
             busiest.started_tasks -= 1
         return True
+
+    cdef bint queued_behind(self) noexcept:
+        """Whether a worker has a task queued behind the one it runs."""
+        cdef Worker worker
+        for worker in self.workers:
+            if worker.in_flight.size() >= 2:
+                return True
+        return False
 
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):
         """Push the n bytes at data (message: them as bytes, or None) to worker's ring, or queue them in its outbox."""
@@ -1063,9 +1082,7 @@ cdef class Pool:
                 worker.failure = value
             return
         worker.held = False
-        if worker.in_flight.size():
-            worker.head_since = now_ns()
-        elif not self.pending.size():
+        if not worker.in_flight.size() and not self.pending.size() and self.queued_behind():
             self.unbalanced = True   # it idles: dispatch takes back tasks for it (rebalance)
         cell = cell_of(future)
         self.learn(m.result.seconds / cell.calls)
