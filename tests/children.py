@@ -703,15 +703,23 @@ def client_with_busy_pool(method, directory):
 
 
 def client_mapping_sleeps(workers, tasks, seconds):
-    """A map of sleeps in a with block, as a user writes it; report the workers, then "mapping"."""
+    """A map of sleeps in a with block, as a user writes it; report the workers, then "mapping".
+
+    A KeyboardInterrupt that ends the map prints "interrupted" and goes on
+    to the with block's exit.
+    """
     import mizu
 
     with mizu.ProcessPoolExecutor(workers) as ex:
         ex.submit(double, 0).result()   # every worker is up (fork starts them all at once)
         _report(workers=sorted(ex._processes))
         print("mapping", flush=True)
-        for _ in ex.map(time.sleep, [seconds] * tasks):
-            pass
+        try:
+            for _ in ex.map(time.sleep, [seconds] * tasks):
+                pass
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            raise
 
 
 def client_interrupted(kind, where, gate):

@@ -132,6 +132,37 @@ def process_state(pid):
     return fields[0], int(fields[1]), int(fields[2])
 
 
+def wait_until_blocked(pid, timeout=60):
+    """Return once the main thread of pid sleeps in a blocking call (state S); fails after timeout."""
+    stat = f"/proc/{pid}/task/{pid}/stat"
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(stat) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state == "S":
+            return
+        assert time.monotonic() < deadline, f"process {pid} never blocked"
+        time.sleep(0.002)
+
+
+def returns_within(call, timeout):
+    """Run call() in a thread and fail if it has not returned after timeout seconds (a hang, not a speed)."""
+    failure = []
+
+    def run():
+        try:
+            call()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{call} did not return within {timeout} s"
+    if failure:
+        raise failure[0]
+
+
 def process_group(pgid):
     """The live processes of a process group; a zombie has exited."""
     found = []
