@@ -722,9 +722,19 @@ def client_mapping_sleeps(workers, tasks, seconds):
             raise
 
 
+def announce_then_wait_for_file(path):
+    """Create path.<pid> (this worker runs a task), then wait_for_file(path)."""
+    with open(f"{path}.{os.getpid()}", "w"):
+        pass
+    return wait_for_file(path)
+
+
 def client_interrupted(kind, where, gate):
-    """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally."""
-    _block_until_interrupted(_executor(kind), wait_for_file, where, gate)
+    """Block in result(), map or shutdown(wait=True) on tasks that wait for gate, until Ctrl-C; then exit normally.
+
+    Each task announces its worker (announce_then_wait_for_file).
+    """
+    _block_until_interrupted(_executor(kind), announce_then_wait_for_file, where, gate)
 
 
 def _block_until_interrupted(ex, fn, where, gate, report=None):

@@ -67,7 +67,13 @@ def _interrupt(client, tmp_path, kind, where, group):
     gate = tmp_path / "gate"
     c = client(f"client_interrupted({kind!r}, {where!r}, {str(gate)!r})")
     assert c.line(WAIT) == "waiting"
-    wait_until_blocked(c.pid, WAIT)   # inside the blocking call
+    # Both workers run a task (a signal to the group reaches them there, not
+    # while they start), and the client waits.
+    deadline = time.monotonic() + WAIT
+    while len(list(tmp_path.glob("gate.*"))) < 2:
+        assert time.monotonic() < deadline, "the pool's two workers never both ran a task"
+        time.sleep(0.01)
+    wait_until_blocked(c.pid, WAIT)
     if group:
         os.killpg(c.pid, signal.SIGINT)
     else:
