@@ -1,15 +1,21 @@
-"""The worker process: runs tasks popped from its ring and pushes results back."""
+"""The Python worker: the common worker loop (csrc/worker_loop.hpp) running Python calls."""
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.pystate cimport PyThreadState
+from cpython.ref cimport PyObject
+from libc.stdint cimport uint8_t, uint16_t
+from libcpp cimport bool
+from libcpp.memory cimport unique_ptr
+from cython.operator cimport dereference as deref
 
 from mizu._core cimport PeerWatch, _Ring
-from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, READY, RETIRING,
-                             SINGLE, STARTING, EXITING, Codec, Reassembler, body_of, chunks, is_chunk)
+from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
+                             Codec, body_with_buffers)
+from mizu._wire cimport decode_at
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
-from mizu.includes.messages cimport Message, ResultHeader, Status, kTask, read_message, result_header
+from mizu.includes.messages cimport Message, ResultHeader, Status, kWireBody
 from mizu.includes.wire cimport Writer
-from mizu.includes.spin cimport now_ns
+from mizu.includes.worker_loop cimport Stop, WorkerLanguage, WorkerLoop
 
 import logging
 import sys
@@ -22,7 +28,12 @@ from mizu import _arena, _core
 __all__ = ["main"]
 
 
-_IDLE_SLICE_NS = 250_000_000
+cdef extern from "Python.h":
+    PyThreadState* PyEval_SaveThread()
+    void PyEval_RestoreThread(PyThreadState* state) nogil
+    int PyErr_CheckSignals() except -1
+
+
 # Segments of the arena that have held no array for this long go back to
 # the system: numpy's own allocator gives large arrays' memory back as soon
 # as they are freed; the arena keeps it this long for the next task's.
@@ -30,29 +41,17 @@ _IDLE_MEMORY_SECONDS = 1.0
 cdef Codec _codec = Codec()
 
 
-cdef _send(_Ring ring, const char* data, Py_ssize_t n, bytes message, int index):
-    """Push the n bytes at data (message: them as bytes, or None), in chunks if they need more than a slot."""
-    if n <= ring.max_msg:
-        ring._push(data, n, True, None, None)
-        return
-    for chunk in chunks(data, n, index, ring.max_msg):
-        ring._with_buffer(chunk, True, None, None)
-
-
-cdef int _answer(_Ring results, object channel, int index, unsigned long long task_id, int status, object value,
-                 double seconds, list box=None) except -1:
-    """Send a result, or a notice (task_id 0) of this worker.
+cdef int _answer(WorkerLoop* loop, ResultHeader head, object value, object channel, int index,
+                 list box=None) except -1:
+    """Send a result, or a notice of this worker (head), with value; 1 if sent, 0 once the client is gone.
 
     box: a list holding the worker's last reference to a task's value, in place of value (Codec.encode).
     """
     cdef Writer w
-    cdef ResultHeader head = result_header(index, task_id, <Status>status, seconds)
     data = _codec.encode(w, &head, sizeof(ResultHeader), value, index, channel, box)
     if data is None:
-        _send(results, w.data(), w.size(), None, index)
-    else:
-        _send(results, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data, index)
-    return 0
+        return loop.send(w.data(), w.size())
+    return loop.send(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
 def _with_traceback(exc):
@@ -77,20 +76,11 @@ def _arrays_in_the_arena():
     try:
         _arena.install_array_handler()
         _arena.keep_large_mappings()
+        # Whether the worker waits or works: a long task may have freed them.
         threading.Thread(target=_give_back_idle_memory, daemon=True, name="mizu-idle-memory").start()
     except Exception:
         # Tasks still run, their arrays in numpy's memory, as before.
         logging.getLogger("mizu").warning("large arrays stay in numpy's memory in this worker", exc_info=True)
-
-
-def _last_words(results, channel, index, stage, exc):
-    """Tell the client why this worker ends (stage: STARTING, INITIALIZER or DECODING), for its BrokenProcessPool."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    error = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
-    try:
-        _answer(results, channel, index, 0, EXITING, (stage, tb, error), 0.0)
-    except BrokenPipeError:   # the pool has broken or shut down already
-        pass
 
 
 def _run_units(fn, list units, int flags):
@@ -128,98 +118,115 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
             pools._python_exit(cancel_futures=True)
 
 
-def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
-           bint by_value):
-    cdef PeerWatch client = _core.PeerWatch(client_pid)
-    cdef dict registry = {}
-    cdef Py_ssize_t done = 0
-    cdef int64_t start
-    cdef bytes message
-    cdef Message m
-    cdef int flags, status
-    cdef unsigned long long task_id
-    cdef double seconds
-    cdef Reassembler partial = Reassembler()
-    cdef dict modules = sys.modules
-    cdef bint born = False
-    cdef bint first = True
+cdef struct Held:
+    PyObject* language        # the _Language, borrowed: it outlives its loop
+    PyThreadState* released   # this thread's state while a wait has let go of the GIL
+
+
+cdef class _Language:
+    """How the worker loop runs Python calls: the state its functions share, between the loop's calls into them."""
+
+    cdef Held held
+    cdef WorkerLanguage table
+    cdef unique_ptr[WorkerLoop] loop
+    cdef object channel
+    cdef int index
+    cdef dict registry    # the client's fn_id -> the callable a task brought
+    cdef dict modules
+    cdef bint born        # the arena holds large arrays (numpy was imported)
+    # The task prepared last, until it has run or was taken back.
+    cdef object fn
+    cdef object call
+    cdef int flags
     # Hands each result to _answer as the worker's last reference to it
     # (Codec.encode); one list for every task, emptied after each.
-    cdef list box = []
-    _codec.by_value = by_value
-    # A task may run for hours; a thread of the core's ends the worker as
-    # soon as the client is gone, whatever the task is doing.
+    cdef list box
+    cdef object error     # what stopped the loop (Stop.language), for _serve to raise
+
+    def __cinit__(self, channel, int index):
+        self.channel = channel
+        self.index = index
+        self.registry = {}
+        self.modules = sys.modules
+        self.box = []
+        self.held.language = <PyObject*>self
+        self.table.self = &self.held
+        self.table.prepare = _prepare
+        self.table.drop = _drop
+        self.table.run = _run
+        self.table.idle = _idle
+        self.table.release = _release
+        self.table.reacquire = _reacquire
+
+    cdef int last_words(self, int stage, exc) except -1:
+        """Tell the client why this worker ends (stage: STARTING, INITIALIZER or DECODING), for its BrokenProcessPool."""
+        cdef WorkerLoop* loop = self.loop.get()
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        error = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+        # Sent unless the pool has broken or shut down already.
+        _answer(loop, loop.result_header(Status.exiting), (stage, tb, error), self.channel, self.index)
+        return 0
+
+
+cdef inline _Language _of(void* held):
+    return <_Language>(<Held*>held).language
+
+
+cdef bool _prepare(void* held, const Message& m, const char* data, size_t size) noexcept:
+    """The task's call and callable, registered if it brings one; False, the error kept, if it cannot be read."""
+    cdef _Language lang = _of(held)
+    cdef Message task = m     # body_with_buffers' declaration takes it as mutable
     try:
-        CPeerWatch.die_with(client_pid)
-    except OSError as exc:
-        # No thread left in the system: the pool goes on without this worker (mizu._pool.Pool.leave_out).
-        _last_words(results, channel, index, STARTING, exc)
-        return
-    if initializer is not None:
+        if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
+            call = decode_at(m.body, m.body_size, None)   # read in the ring's slot
+        else:
+            call = body_with_buffers(task, PyBytes_FromStringAndSize(data, size), lang.channel)
+        flags = m.task.flags
+        if flags & CALLABLE:
+            fn, call = call
+            if m.task.fn_id:
+                lang.registry[m.task.fn_id] = fn
+        else:
+            fn = lang.registry[m.task.fn_id]
+        if flags & KEYWORDS:
+            if type(call) is not tuple or len(call) != 2 or type(call[0]) is not tuple:
+                raise ValueError("a call with keywords must be (a tuple of arguments, a dict of keywords)")
+        elif not flags & BATCH and type(call) is not tuple:
+            raise ValueError(f"a call's arguments must be a tuple, not {type(call).__name__}")
+    except BaseException as exc:
+        # No future can take this error: the worker ends and the pool
+        # breaks, as the stdlib's does.
+        lang.error = exc
         try:
-            initializer(*initargs)
-        except BaseException as exc:
-            logging.getLogger("concurrent.futures").critical("Exception in initializer:", exc_info=True)
-            _last_words(results, channel, index, INITIALIZER, exc)
-            return
-    # Tasks wait in the client until a worker says it takes them (see
-    # mizu._pool.Pool.pick): a worker still starting holds none up.
+            lang.last_words(DECODING, exc)
+        except BaseException as also:
+            lang.error = also
+        return False
+    lang.call, lang.fn, lang.flags = call, fn, flags
+    return True
+
+
+cdef bool _drop(void* held) noexcept:
+    # The callable the task brought, registered, stays this worker's.
+    cdef _Language lang = _of(held)
+    lang.call = lang.fn = None
+    return True
+
+
+cdef bool _run(void* held, WorkerLoop& loop) noexcept:
+    """Run the task prepared last and send its outcome; False, the error kept, if that fails."""
+    cdef _Language lang = _of(held)
+    cdef int flags = lang.flags
+    cdef int status
+    cdef ResultHeader head
+    fn, call = lang.fn, lang.call
+    # Drop the task's arguments now, not when the next task arrives: their
+    # finalizers may be what the client waits on.
+    lang.call = lang.fn = None
     try:
-        _answer(results, channel, index, 0, READY, None, 0.0)
-    except BrokenPipeError:
-        return
-    # The watch thread above ends the worker when the client dies, so an idle
-    # worker need not wake often; a slice still lets signal handlers run.
-    tasks.slice_ns = _IDLE_SLICE_NS
-    # The first task is waited for without spinning: the pool may be
-    # starting others meanwhile (a fork pool starts every worker at once),
-    # and their starts want the CPUs.
-    spin_ns = tasks.spin_ns
-    tasks.spin_ns = 0
-    while True:
-        try:
-            message = tasks._pop(None, client, True)
-        except (EOFError, _core.PeerDiedError):
-            return
-        if first:
-            tasks.spin_ns = spin_ns
-            first = False
-        if is_chunk(message):
-            message = partial.feed(message)
-            if message is None:
-                continue
-        try:
-            read_message(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), m)
-            if m.kind != kTask:
-                raise ValueError("the client sent a worker a result")
-            call = body_of(m, message, channel)
-            flags, task_id = m.task.flags, m.task.task_id
-            if flags & CALLABLE:
-                fn, call = call
-                if m.task.fn_id:
-                    registry[m.task.fn_id] = fn
-            else:
-                fn = registry[m.task.fn_id]
-            if flags & KEYWORDS:
-                if type(call) is not tuple or len(call) != 2 or type(call[0]) is not tuple:
-                    raise ValueError("a call with keywords must be (a tuple of arguments, a dict of keywords)")
-            elif not flags & BATCH and type(call) is not tuple:
-                raise ValueError(f"a call's arguments must be a tuple, not {type(call).__name__}")
-        except BaseException as exc:
-            # No future can take this error: the worker ends and the pool
-            # breaks, as the stdlib's does.
-            _last_words(results, channel, index, DECODING, exc)
-            raise
-        if not tasks._claim(task_id):
-            # The client took the task back to run it on an idle worker
-            # (mizu._pool.Pool.rebalance); its callable, registered above,
-            # stays this worker's.
-            del call, message, fn
-            continue
-        if not born and "numpy" in modules:
+        if not lang.born and "numpy" in lang.modules:
             _arrays_in_the_arena()
-            born = True
-        start = now_ns()
+            lang.born = True
         try:
             if flags & BATCH:
                 value = _run_units(fn, call, flags)
@@ -231,22 +238,76 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         except BaseException as exc:
             value = _with_traceback(exc)
             status = RAISED
-        seconds = (now_ns() - start) * 1e-9
-        # Drop the task's arguments now, not when the next task arrives:
-        # their finalizers may be what the client waits on.
-        del call, message, fn
-        box.append(value)
+        head = loop.result_header(<Status>status)
+        del call, fn
+        lang.box.append(value)
         del value
         try:
-            _answer(results, channel, index, task_id, status, None, seconds, box)
-        except BrokenPipeError:
-            return
+            _answer(&loop, head, None, lang.channel, lang.index, lang.box)
         except BaseException as exc:
             # As the stdlib does: a result that cannot be pickled is replaced
             # by the error that pickling it raised.
-            _answer(results, channel, index, task_id, RAISED, _with_traceback(exc), 0.0)
-        box.clear()
-        done += 1
-        if max_tasks is not None and done >= max_tasks:
-            _answer(results, channel, index, 0, RETIRING, None, 0.0)
+            lang.box.clear()
+            _answer(&loop, loop.result_header(Status.raised), _with_traceback(exc), lang.channel, lang.index)
+        lang.box.clear()
+    except BaseException as exc:
+        lang.error = exc
+        return False
+    # A send that failed because a signal handler raised (_idle) stops the loop.
+    return lang.error is None
+
+
+cdef bool _idle(void* held) noexcept with gil:
+    """Each idle slice: run the signal handlers."""
+    try:
+        PyErr_CheckSignals()
+    except BaseException as exc:
+        _of(held).error = exc
+        return False
+    return True
+
+
+cdef void _release(void* held) noexcept:
+    (<Held*>held).released = PyEval_SaveThread()
+
+
+cdef void _reacquire(void* held) noexcept nogil:
+    PyEval_RestoreThread((<Held*>held).released)
+
+
+def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
+           bint by_value):
+    cdef PeerWatch client = _core.PeerWatch(client_pid)
+    cdef _Language lang = _Language(channel, index)
+    cdef Stop stop
+    _codec.by_value = by_value
+    lang.loop.reset(new WorkerLoop(deref(tasks.ring), deref(tasks.pop_waiter), deref(results.ring),
+                                   deref(results.push_waiter), deref(client.watch), <uint16_t>index,
+                                   0 if max_tasks is None else max_tasks, lang.table))
+    # A task may run for hours; a thread of the core's ends the worker as
+    # soon as the client is gone, whatever the task is doing.
+    try:
+        CPeerWatch.die_with(client_pid)
+    except OSError as exc:
+        # No thread left in the system: the pool goes on without this worker (mizu._pool.Pool.leave_out).
+        lang.last_words(STARTING, exc)
+        return
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException as exc:
+            logging.getLogger("concurrent.futures").critical("Exception in initializer:", exc_info=True)
+            lang.last_words(INITIALIZER, exc)
             return
+    # Tasks wait in the client until a worker says it takes them (see
+    # mizu._pool.Pool.pick): a worker still starting holds none up.
+    if not lang.loop.get().notice(Status.ready):
+        return
+    try:
+        stop = lang.loop.get().serve()
+    except BaseException as exc:
+        # A message that is not a task the client could have sent.
+        lang.last_words(DECODING, exc)
+        raise
+    if stop == Stop.language:
+        raise lang.error

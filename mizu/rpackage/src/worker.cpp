@@ -1,7 +1,7 @@
-// The R worker's loop: tasks from its ring in the pool's segment, results
-// into the pool's result ring, in the messages of doc/dev/messages.rst with
-// the values of doc/dev/wire.rst, as the Python worker reads and writes
-// them.
+// The R worker: the common worker loop (worker_loop.hpp) running R calls,
+// tasks from its ring in the pool's segment, results into the pool's result
+// ring, in the messages of doc/dev/messages.rst with the values of
+// doc/dev/wire.rst, as the Python worker reads and writes them.
 //
 // The loop's frame holds C++ objects (the segment, rings, buffers), so
 // every R call below it runs inside r_call (unwind.h) or, for the
@@ -21,13 +21,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "any_ring.hpp"
 #include "evaluate.h"
 #include "liveness.hpp"
 #include "messages.hpp"
-#include "ring.hpp"
 #include "segment.hpp"
 #include "unwind.h"
 #include "values.h"
+#include "worker_loop.hpp"
 
 namespace mizu::r {
 
@@ -35,10 +36,6 @@ namespace {
 
 using messages::Message;
 using messages::Status;
-
-// An idle worker wakes this often to see that its client lives; a thread
-// of its own ends it sooner when the client dies during a long task.
-constexpr int64_t kIdleSliceNs = 250000000;
 
 // R allocates each vector of more than a few elements with malloc, and a
 // task's large results and temporaries are freed at its next collections.
@@ -58,14 +55,12 @@ void keep_freed_memory() {
 #endif
 }
 
-// A SliceHook: gives the memory kept since the last trim back once.
-bool give_back_memory(void* kept) {
-    auto* pending = static_cast<bool*>(kept);
+// Gives the memory kept since the last trim back once.
+void give_back_memory(bool& kept) {
 #if defined(__GLIBC__)
-    if (*pending) malloc_trim(0);
+    if (kept) malloc_trim(0);
 #endif
-    *pending = false;
-    return true;
+    kept = false;
 }
 
 // The client closed the result ring, or exited: the worker's work is over.
@@ -74,8 +69,8 @@ struct ClientGone {};
 // The pool's rings, as the worker sees them.
 struct Rings {
     std::unique_ptr<Segment> segment;
-    SpscRing tasks;
-    MpmcRing results;
+    std::unique_ptr<AnyRing> tasks;
+    std::unique_ptr<AnyRing> results;
 };
 
 Rings attach_rings(const WorkerOptions& o) {
@@ -86,9 +81,9 @@ Rings attach_rings(const WorkerOptions& o) {
     };
     char* tasks = ring_at(o.task_ring);
     char* results = ring_at(o.result_ring);
-    SpscRing t = SpscRing::attach(tasks, seg->size() - o.task_ring);
-    MpmcRing r = MpmcRing::attach(results, seg->size() - o.result_ring);
-    return Rings{std::move(seg), t, r};
+    std::unique_ptr<AnyRing> t = AnyRing::attach(RingKind::spsc, tasks, seg->size() - o.task_ring);
+    std::unique_ptr<AnyRing> r = AnyRing::attach(RingKind::mpmc, results, seg->size() - o.result_ring);
+    return Rings{std::move(seg), std::move(t), std::move(r)};
 }
 
 // The tag of the external pointer through which a session reaches its
@@ -102,17 +97,25 @@ class Worker {
 public:
     Worker(const WorkerOptions& o, Rings rings)
         : o_(o), rings_(std::move(rings)), client_(o.client_pid), result_waiter_(&rings_.segment->header().spin_gate),
-          task_waiter_(&rings_.segment->header().spin_gate) {
-        task_waiter_.set_slice_ns(kIdleSliceNs);
-        // The first task is waited for without spinning: the pool may be
-        // starting other workers meanwhile, and their starts want the CPUs.
-        task_waiter_.set_spin_limit_ns(0);
+          task_waiter_(&rings_.segment->header().spin_gate),
+          loop_(*rings_.tasks, task_waiter_, *rings_.results, result_waiter_, client_, uint16_t(o.index), o.max_tasks,
+                language()) {}
+
+    ~Worker() {
+        if (kept_ != R_NilValue) R_ReleaseObject(kept_);
     }
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
 
     // Runs until the client closes the ring or exits, or max_tasks are done:
     // serve() inside sessions (evaluate.h), a new one after each R error,
     // which fails the call that raised it.
     void run() {
+        kept_ = r_call([] {
+            SEXP kept = Rf_allocVector(VECSXP, kKept);
+            R_PreserveObject(kept);
+            return kept;
+        });
         SEXP ns = PROTECT(r_call([] {
             SEXP name = PROTECT(Rf_mkString("mizu"));
             SEXP found = R_FindNamespace(name);
@@ -151,9 +154,11 @@ public:
     // core throws ends it, to be rethrown by run() outside R.
     SEXP serve() {
         try {
-            if (batch_.active) finish_running(r_call([&] { return continue_batch(); }));
-            std::string message;
-            while (!retired_ && next_message(message)) run_task(message);
+            if (batch_.active) {
+                send_outcome(r_call([&] { return continue_batch(); }));
+                loop_.task_done();
+            }
+            if (!loop_.retired()) loop_.serve();
         } catch (const RJump&) {
             throw;
         } catch (const ClientGone&) {
@@ -163,100 +168,97 @@ public:
         return R_NilValue;
     }
 
-    // A notice with no task: ready or retiring (body NULL), or exiting
-    // (body list(stage, traceback text)).
-    void send_notice(Status status, SEXP body) {
+    // The notice that the worker takes tasks.
+    void send_ready() {
+        if (!loop_.notice(Status::ready)) throw ClientGone();
+    }
+
+    // The notice that the worker ends, with body list(stage, traceback text).
+    void send_exiting(SEXP body) {
         PROTECT(body);
-        then_unprotect(1, [&] { push_result(messages::result_header(uint16_t(o_.index), 0, status, 0.0), body); });
+        then_unprotect(1, [&] { push_result(loop_.result_header(Status::exiting), body); });
     }
 
 private:
-    bool next_message(std::string& out) {
-        for (;;) {
-            Reservation res;
-            WaitOptions opt;
-            opt.peer = &client_;
-            opt.hook = SliceHook{give_back_memory, &memory_kept_};
-            WaitStatus st = rings_.tasks.wait_pop(res, task_waiter_, opt);
-            if (st == WaitStatus::closed || st == WaitStatus::peer_died) return false;
-            if (st != WaitStatus::ready) continue;
-            if (first_wait_) {
-                task_waiter_.set_spin_limit_ns(Waiter::kDefaultSpinLimitNs);
-                first_wait_ = false;
-            }
-            const char* data = res.data();
-            std::size_t size = res.size();
-            bool whole = true;
-            if (messages::is_chunk(data, size))
-                whole = chunks_.feed(data, size, out);
-            else
-                out.assign(data, size);
-            rings_.tasks.end_pop(res);
-            memory_kept_ = true;
-            if (whole) return true;
-        }
+    WorkerLanguage language() {
+        WorkerLanguage l;
+        l.self = this;
+        l.prepare = [](void* self, const Message& m, const char*, std::size_t) {
+            return static_cast<Worker*>(self)->prepare(m);
+        };
+        l.drop = [](void* self) { return static_cast<Worker*>(self)->drop(); };
+        l.run = [](void* self, WorkerLoop&) { return static_cast<Worker*>(self)->run_prepared(); };
+        l.idle = [](void* self) {
+            give_back_memory(static_cast<Worker*>(self)->memory_kept_);
+            return true;
+        };
+        return l;
     }
 
-    void run_task(const std::string& bytes) {
-        Message m = messages::read_message(bytes.data(), bytes.size());
-        if (m.kind != messages::kTask) throw std::invalid_argument("the client sent a worker a result");
-        // From here an R error fails this task (fail_running).
-        running_ = Running{true, m.task, now_ns()};
+    // The task's call and callable, decoded while its message is in the
+    // ring; the callable is registered, the call kept for run_prepared.
+    bool prepare(const Message& m) {
+        memory_kept_ = true;
         std::vector<messages::BufferRecord> records;
         for (std::size_t i = 0; i < m.buffer_count; ++i) records.push_back(m.buffer(i));
         std::vector<int> fds;
         if (m.descriptors) fds = messages::receive_descriptors(o_.socket_fd, m.descriptors);
         Descriptors closing{fds};
-        SEXP value = R_NilValue, callable = R_NilValue;
-        std::string refused;
-        if (uint8_t(m.body[0]) != messages::kWireBody)
+        if (m.body_size == 0 || uint8_t(m.body[0]) != messages::kWireBody)
             throw std::invalid_argument("a task for an R worker must carry a wire message, not a pickle");
+        SEXP value = R_NilValue, callable = R_NilValue;
+        refused_.clear();
         BlockTable table(records, fds);
         try {
             value = decode_message(m.body, m.body_size, table);
         } catch (const std::invalid_argument& e) {
             // A value R cannot hold fails its task, not the worker; the
             // callable it brings is still this worker's from now on.
-            refused = e.what();
+            refused_ = e.what();
             if (m.task.flags & messages::kCallable) callable = decode_first_item(m.body, m.body_size, table);
         }
-        if (refused.empty() && (m.task.flags & messages::kCallable)) {
+        if (refused_.empty() && (m.task.flags & messages::kCallable)) {
             if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
                 throw std::invalid_argument("a task with its callable must carry (callable, call)");
             callable = VECTOR_ELT(value, 0);
             value = VECTOR_ELT(value, 1);
         }
-        PROTECT(value);
-        PROTECT(callable);
+        SET_VECTOR_ELT(kept_, kCall, value);
+        SET_VECTOR_ELT(kept_, kCallable, callable);
         // The callable a task brings is this worker's from now on, whether
         // the task runs here or not.
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
-        if (!rings_.tasks.claim(m.task.task_id)) {
-            // The client took the task back to run it on an idle worker.
-            running_.active = false;
-            UNPROTECT(2);
-            return;
-        }
-        running_.start_ns = now_ns();
-        then_unprotect(2, [&] {
-            finish_running(r_call([&] {
-                return refused.empty() ? run_call(m.task, value) : refusal(kRefused, refused.c_str());
-            }));
-        });
+        SET_VECTOR_ELT(kept_, kCallable, R_NilValue);
+        return true;
     }
 
-    // Sends the outcome of the running task, and retires the worker if it
-    // has done max_tasks.
-    void finish_running(SEXP outcome) {
+    bool drop() {
+        SET_VECTOR_ELT(kept_, kCall, R_NilValue);
+        return true;
+    }
+
+    // Runs the task prepared last, claimed; an R error in it fails it
+    // (fail_running).
+    bool run_prepared() {
+        const messages::TaskHeader& task = *loop_.running();
+        SEXP call = PROTECT(VECTOR_ELT(kept_, kCall));
+        SET_VECTOR_ELT(kept_, kCall, R_NilValue);
+        then_unprotect(1, [&] {
+            send_outcome(r_call([&] {
+                return refused_.empty() ? run_call(task, call) : refusal(kRefused, refused_.c_str());
+            }));
+        });
+        return true;
+    }
+
+    // Sends the outcome of the running task.
+    void send_outcome(SEXP outcome) {
         PROTECT(outcome);
-        running_.active = false;
-        const messages::TaskHeader& task = running_.task;
-        double seconds = double(now_ns() - running_.start_ns) * 1e-9;
         Status status = VECTOR_ELT(outcome, 1) == R_NilValue ? Status::ok : Status::raised;
         std::string unreadable;
         then_unprotect(1, [&] {
             try {
-                push_result(messages::result_header(uint16_t(o_.index), task.task_id, status, seconds), outcome);
+                push_result(loop_.result_header(status), outcome);
             } catch (const std::invalid_argument& e) {
                 // A value Python cannot read fails its task, not the worker.
                 unreadable = e.what();
@@ -264,20 +266,14 @@ private:
         });
         if (!unreadable.empty()) {
             SEXP error = PROTECT(r_call([&] { return refusal(kUnreadable, unreadable.c_str()); }));
-            then_unprotect(1, [&] {
-                push_result(messages::result_header(uint16_t(o_.index), task.task_id, Status::raised, seconds), error);
-            });
-        }
-        if (o_.max_tasks > 0 && ++done_ >= o_.max_tasks) {
-            send_notice(Status::retiring, R_NilValue);
-            retired_ = true;
+            then_unprotect(1, [&] { push_result(loop_.result_header(Status::raised), error); });
         }
     }
 
     // After an R error ended a session: the outcome of the call it ended.
     // In a batch, that unit fails and the next session runs the rest.
     void fail_running() {
-        if (!running_.active) throw std::runtime_error("an R error struck the R worker between tasks");
+        if (!loop_.running()) throw std::runtime_error("an R error struck the R worker between tasks");
         if (batch_.active && batch_.unit >= batch_.units) {
             // It struck after the batch's calls, making its outcome: the
             // whole task fails.
@@ -285,7 +281,8 @@ private:
             batch_ = Batch{};
         }
         if (!batch_.active) {
-            finish_running(r_call([] { return session_outcome(R_NilValue, true); }));
+            send_outcome(r_call([] { return session_outcome(R_NilValue, true); }));
+            loop_.task_done();
             return;
         }
         r_call([&] {
@@ -506,29 +503,7 @@ private:
             messages::send_descriptors(o_.socket_fd, out.descriptors().data(), out.descriptors().size());
             out.hand_over();
         }
-        std::size_t limit = rings_.results.max_message();
-        if (message.size() <= limit) {
-            push_bytes(message.data(), message.size());
-            return;
-        }
-        std::vector<char> chunk(limit);
-        std::size_t n = messages::chunk_count(message.size(), limit);
-        for (std::size_t i = 0; i < n; ++i)
-            push_bytes(chunk.data(), messages::write_chunk(message.data(), message.size(), uint16_t(o_.index), limit,
-                                                           i, chunk.data()));
-    }
-
-    void push_bytes(const char* data, std::size_t size) {
-        Reservation res;
-        WaitOptions opt;
-        opt.peer = &client_;
-        for (;;) {
-            WaitStatus st = rings_.results.wait_push(uint32_t(size), res, result_waiter_, opt);
-            if (st == WaitStatus::ready) break;
-            if (st == WaitStatus::closed || st == WaitStatus::peer_died) throw ClientGone();
-        }
-        std::memcpy(res.data(), data, size);
-        rings_.results.end_push(res);
+        if (!loop_.send(message.data(), message.size())) throw ClientGone();
     }
 
     // Closes the descriptors a message brought once its blocks are mapped.
@@ -544,18 +519,10 @@ private:
     PeerWatch client_;
     Waiter result_waiter_;
     Waiter task_waiter_;
-    messages::Reassembler chunks_;
     std::unordered_map<uint64_t, int> ids_;        // the client's fn_id -> the registry's
     std::unordered_map<uint64_t, SEXP> failures_;  // fn_id -> the error registering it gave (preserved)
     EncodeOptions options_;
 
-    // The task being run, from its start until its outcome is sent.
-    struct Running {
-        bool active = false;
-        messages::TaskHeader task{};
-        int64_t start_ns = 0;
-    };
-    Running running_;
 
     // The batch being run: where it is, and its lists (the units, then the
     // values, errors and warnings by unit, then the current unit's values
@@ -569,10 +536,13 @@ private:
     };
     Batch batch_;
 
-    bool first_wait_ = true;    // no message popped yet (the task waiter does not spin)
+    WorkerLoop loop_;
+    // The call of the task prepared last, and the callable it brought while
+    // it is registered (preserved).
+    enum Kept : R_xlen_t { kCall, kCallable, kKept };
+    SEXP kept_ = R_NilValue;
+    std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
-    long done_ = 0;            // tasks finished, against max_tasks
-    bool retired_ = false;     // max_tasks done, the notice sent
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
 };
 
@@ -607,13 +577,13 @@ void run_worker(const WorkerOptions& options, SEXP setup) {
         SEXP outcome = PROTECT(r_call([&] { return eval_safely(setup, R_GlobalEnv); }));
         if (VECTOR_ELT(outcome, 1) != R_NilValue) {
             SEXP notice = PROTECT(r_call([&] { return setup_failure(VECTOR_ELT(outcome, 1)); }));
-            then_unprotect(2, [&] { worker.send_notice(Status::exiting, notice); });
+            then_unprotect(2, [&] { worker.send_exiting(notice); });
             return;
         }
         UNPROTECT(1);
     }
     try {
-        worker.send_notice(Status::ready, R_NilValue);
+        worker.send_ready();
         worker.run();
     } catch (const ClientGone&) {
     }
