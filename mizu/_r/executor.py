@@ -1,7 +1,7 @@
 """RExecutor: a concurrent.futures Executor whose workers are R processes.
 
 The engine is the Python pool's (mizu._pool); the workers start through
-mizu._launchers.RLauncher and answer in the terms of mizu._rcodec.
+mizu._r.launcher.RLauncher and answer in the terms of mizu._r.codec.
 """
 
 import concurrent.futures
@@ -10,11 +10,11 @@ import pathlib
 import re
 import weakref
 
-from mizu import _rpackage
-from mizu._launchers import RLauncher
 from mizu._map import map_results
 from mizu._messages import CALL
 from mizu._pool import Pool
+from mizu._r import package
+from mizu._r.launcher import RLauncher
 
 __all__ = ["RExecutor"]
 
@@ -37,7 +37,7 @@ class RExecutor(concurrent.futures.Executor):
     Python through shared memory.
 
     Each worker is an ``Rscript`` running mizu's R package, which is built
-    on first use (`mizu._rpackage`). A task names an R function, as R
+    on first use (`mizu._r.package`). A task names an R function, as R
     source or by name, and its arguments; the function is evaluated once in
     each worker, then sent by id. Its arguments become R values
     (keywords become named arguments), and its value becomes a Python
@@ -73,7 +73,7 @@ class RExecutor(concurrent.futures.Executor):
         R is not installed (the message says how to install it), `rscript`
         is not an executable file, or `setup` names an R file that does
         not exist.
-    mizu._rpackage.RPackageBuildError
+    mizu._r.package.RPackageBuildError
         mizu's R package could not be built (no compiler, say); the message
         names what is missing and ends with R's output.
 
@@ -109,8 +109,8 @@ class RExecutor(concurrent.futures.Executor):
                 raise TypeError("max_tasks_per_child must be an integer")
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
-        rscript = _rpackage.find_rscript(rscript)
-        library = _rpackage.ensure_installed(rscript=rscript)
+        rscript = package.find_rscript(rscript)
+        library = package.ensure_installed(rscript=rscript)
         self._max_workers = max_workers
         launcher = RLauncher(rscript, library, setup, max_tasks_per_child)
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
