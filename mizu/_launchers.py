@@ -1,32 +1,70 @@
-"""How a worker process starts: one launcher per kind of worker.
+"""How a worker process starts: the protocol every launcher follows, and the launcher of Python workers.
 
 The pool engine (mizu._pool) starts every worker through the launcher it is
-given, and knows nothing else of how. ``launch(index, tasks, results)``
-starts worker `index`, which pops its tasks from the ring
-`tasks` and pushes its results to the ring `results`, and returns
-``(process, channel)``: a handle with the part of multiprocessing.Process's
-API that the engine and the stdlib's private ``_processes`` use (pid, name,
-exitcode, join, terminate, kill, is_alive), and the client's end of a Unix
-socket pair shared with the worker, which carries the descriptors of
-shared-memory segments that messages' arrays live in (doc/dev/messages.rst).
-
-Each launcher also says how its kind of worker takes values (`codec`,
-mizu._messages), whether workers start all at once or one per task that
-finds none idle (`on_demand`), whether those starts may be paced a few at
-a time (`paced`, mizu._pool.Pool.start_deferred), what most often kills
-one before its first task (`starting_hint`) and what runs in a worker
-before its first task (`setup_name`, for the pool's error messages).
-
-Python workers start through `MultiprocessingLauncher`, R workers through
-mizu._r.launcher.RLauncher.
+given, and knows nothing else of how. Each kind of worker has one: Python
+workers `MultiprocessingLauncher`, R workers mizu._r.launcher.RLauncher.
 """
+
+from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mizu._messages import Codec
 from mizu._pickler import ByValue
 from mizu._worker import main as _worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from mizu._core import _Ring
+
+__all__ = ["Launcher", "MultiprocessingLauncher"]
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """What the pool engine asks of a kind of worker: how to start one, and how it takes values.
+
+    Attributes
+    ----------
+    codec : mizu._messages.Codec
+        How this kind of worker takes values and what its answers mean.
+    on_demand : bool
+        Workers start one per task that finds none idle, rather than all
+        at once.
+    paced : bool
+        Those starts may be paced a few at a time
+        (mizu._pool.Pool.start_deferred).
+    starting_hint : str
+        What most often kills a worker of this kind before its first task,
+        for the pool's error messages; or "".
+    setup_name : str
+        What runs in a worker before its first task ("initializer"), for
+        the pool's error messages.
+    """
+
+    codec: Codec
+    on_demand: bool
+    paced: bool
+    starting_hint: str
+    setup_name: str
+
+    def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]:
+        """Start worker `index`, which pops its tasks from the ring `tasks` and pushes its results to `results`.
+
+        Returns
+        -------
+        process
+            A handle with the part of multiprocessing.Process's API that
+            the engine and the stdlib's private ``_processes`` use (pid,
+            name, exitcode, join, terminate, kill, is_alive).
+        channel : socket.socket
+            The client's end of a Unix socket pair shared with the worker,
+            which carries the descriptors of shared-memory segments that
+            messages' arrays live in (doc/dev/messages.rst).
+        """
 
 
 class MultiprocessingLauncher:
