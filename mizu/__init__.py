@@ -1,7 +1,5 @@
 """mizu: parallelism across processes on one machine, through shared memory."""
 
-from mizu._version import __version__
-
 # Every public name is imported on first use, each from its module: `import
 # mizu` costs about what `import concurrent.futures` costs, the array
 # constructors load numpy, the R pool its launcher and R's codec. A program,
@@ -17,6 +15,7 @@ _LAZY = {
     "RExecutor": ("mizu._r.executor", "RExecutor"),
     "RError": ("mizu._r.codec", "RError"),
     "RWarning": ("mizu._r.codec", "RWarning"),
+    "__version__": ("mizu._version", "__version__"),
 }
 
 TYPE_CHECKING = False
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._r.codec import RError, RWarning
     from mizu._r.executor import RExecutor
+    from mizu._version import __version__
 
 
 def __getattr__(name):
