@@ -12,9 +12,10 @@ _LAZY = {
     "arena_block": ("mizu._arena", "arena_block"),
     "default_arena": ("mizu._arena", "default_arena"),
     **{name: ("mizu._arrays", name) for name in ["asarray", "empty", "empty_like", "full", "zeros", "zeros_like"]},
-    "RExecutor": ("mizu._rexecutor", "RExecutor"),
-    "RError": ("mizu._rcodec", "RError"),
-    "RWarning": ("mizu._rcodec", "RWarning"),
+    "RExecutor": ("mizu._r.executor", "RExecutor"),
+    "RError": ("mizu._r.codec", "RError"),
+    "RWarning": ("mizu._r.codec", "RWarning"),
+    "__version__": ("mizu._version", "__version__"),
 }
 
 TYPE_CHECKING = False
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     from mizu._executor import ProcessPoolExecutor
     from mizu._executor import ProcessPoolExecutor as Executor
     from mizu._insights import Insights, SlowTask, WorkerInsights
-    from mizu._rcodec import RError, RWarning
-    from mizu._rexecutor import RExecutor
+    from mizu._r.codec import RError, RWarning
+    from mizu._r.executor import RExecutor
+    from mizu._version import __version__
 
 
 def __getattr__(name):
@@ -142,8 +144,6 @@ def _watch_for_joblib():
 
 
 _watch_for_joblib()
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Executor",

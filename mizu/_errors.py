@@ -1,13 +1,13 @@
 """What a broken pool says: the stdlib's BrokenProcessPool texts, a dead worker's obituary, short reprs of calls."""
 
 import errno
-import re
 import reprlib
 import signal
 import traceback
 from concurrent.futures.process import _RemoteTraceback
 
 from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE, STARTING
+from mizu._r.texts import function_label
 
 BROKEN = "A child process terminated abruptly, the process pool is not usable anymore"
 BROKEN_FUTURE = "A process in the process pool was terminated abruptly while the future was running or pending."
@@ -29,7 +29,6 @@ SHORT_OF_PROCESSES = ("the system gives no more processes ({error}): ask for few
                       "the limit on processes (`ulimit -u`, or the pids.max of the container's cgroup)")
 
 _TASK_REPR = 200      # characters of a task's call in an error message
-_R_NAME = re.compile(r"(?:[A-Za-z][\w.]*:::?)?[A-Za-z.][\w.]*")   # mean, stats::median
 
 
 class _BriefRepr(reprlib.Repr):
@@ -73,11 +72,10 @@ def outline_repr(value):
 def call_repr(fn, args, kwargs, arg_repr=brief.repr):
     """fn(*args, **kwargs) as a short string: the function's qualified name, the arguments' reprs by arg_repr.
 
-    An R function (a str) shows as R would call it: by its name, or its
-    source in parentheses.
+    An R function (a str) shows as mizu._r.texts.function_label makes it.
     """
     if isinstance(fn, str):
-        label = fn if _R_NAME.fullmatch(fn) else f"({brief.repr(fn)[1:-1]})"
+        label = function_label(fn, brief.repr)
     else:
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
         label = f"{module}.{name}" if module and name else brief.repr(fn)

@@ -7,15 +7,14 @@ from multiprocessing.process import BaseProcess
 from threading import RLock, Thread
 from typing import Any, ParamSpec, TypeVar
 
-from mizu._insights import Insights
+from mizu._executor_base import ExecutorBase
 
 __all__ = ["ProcessPoolExecutor"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
-    _max_workers: int
+class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
     _mp_context: BaseContext
     # The stdlib's are attributes its pool writes; these are read-only views of mizu's pool.
     @property
@@ -63,5 +62,3 @@ class ProcessPoolExecutor(_StdlibProcessPoolExecutor):
             chunksize: int = 1,
             progress: bool | Mapping[str, Any] | None = False,
         ) -> Iterator[_T]: ...
-    def insights(self) -> Insights: ...
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...

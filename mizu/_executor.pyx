@@ -1,7 +1,8 @@
 """The drop-in ProcessPoolExecutor: the stdlib's arguments, checked as it checks them, over mizu's pool.
 
 The engine that runs the pool is mizu._pool (its data flow is drawn at its
-top); map's batching is mizu._map; how workers start is mizu._launchers.
+top); map's batching is mizu._map; how workers start is mizu._launchers;
+what it shares with the R pool's Executor is mizu._executor_base.
 """
 
 from mizu._messages cimport CALL
@@ -10,9 +11,9 @@ from mizu._pool cimport Pool
 import multiprocessing
 import os
 import sys
-import weakref
 from concurrent.futures import process as _process
 
+from mizu._executor_base import ExecutorBase, check_max_tasks, checked_workers
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
 from mizu._pickler import by_value as pickling_by_value
@@ -57,7 +58,7 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
     """
 
 
-class ProcessPoolExecutor(_process.ProcessPoolExecutor):
+class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None)
 
     An Executor that runs calls in worker processes, through shared memory.
@@ -112,17 +113,11 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
 
     def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
                  max_tasks_per_child=None, by_value=None):
-        if max_workers is None:
-            max_workers = _default_workers()
-        elif max_workers <= 0:
-            raise ValueError("max_workers must be greater than 0")
+        max_workers = checked_workers(max_workers, _default_workers)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
+        check_max_tasks(max_tasks_per_child)
         if max_tasks_per_child is not None:
-            if not isinstance(max_tasks_per_child, int):
-                raise TypeError("max_tasks_per_child must be an integer")
-            if max_tasks_per_child <= 0:
-                raise ValueError("max_tasks_per_child must be >= 1")
             if mp_context is None:
                 mp_context = multiprocessing.get_context("spawn")
             elif mp_context.get_start_method(allow_none=False) == "fork":
@@ -130,14 +125,10 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
                                  "method; supply a different mp_context.")
         if mp_context is None:
             mp_context = multiprocessing.get_context()
-        self._max_workers = max_workers
         self._mp_context = mp_context
         launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
                                            pickling_by_value(by_value))
-        self._pool = Pool(max_workers, launcher, max_tasks_per_child)
-        # Collecting the executor shuts the pool down; work already submitted still completes, unless
-        # max_tasks_per_child retires every worker first.
-        weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
+        self._start_pool(max_workers, launcher, max_tasks_per_child)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -177,36 +168,6 @@ class ProcessPoolExecutor(_process.ProcessPoolExecutor):
             return self._map(fn, iterables, timeout, chunksize, None, progress)
 
         map.__doc__ = _MAP_DOC.format(buffersize="", ahead="")
-
-    def insights(self):
-        """insights()
-
-        What the pool has done so far, for a map that is slower than it
-        should be: each worker's calls, its time busy running tasks and idle
-        beside them, its start-up, and the five slowest tasks. Not in the
-        stdlib's Executor.
-
-        Returns
-        -------
-        Insights
-            A snapshot; ``print()`` shows it as a table. After shutdown, the
-            workers' figures as of their end.
-        """
-        return self._pool.insights()
-
-    def shutdown(self, wait=True, *, cancel_futures=False):
-        """shutdown(wait=True, *, cancel_futures=False)
-
-        Free the pool's processes and memory once pending futures are done.
-
-        Parameters
-        ----------
-        wait : bool
-            Block until every pending future is done and the workers exited.
-        cancel_futures : bool
-            Cancel the futures that no worker has started.
-        """
-        self._pool.shutdown(wait, cancel_futures)
 
     # The stdlib's private attributes that its own tests and some user code
     # read: the live worker processes by pid, the thread that collects

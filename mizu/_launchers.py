@@ -1,31 +1,70 @@
-"""How a worker process starts: one launcher per kind of worker.
+"""How a worker process starts: the protocol every launcher follows, and the launcher of Python workers.
 
 The pool engine (mizu._pool) starts every worker through the launcher it is
-given, and knows nothing else of how. ``launch(index, tasks, results)``
-starts worker `index`, which pops its tasks from the ring
-`tasks` and pushes its results to the ring `results`, and returns
-``(process, channel)``: a handle with the part of multiprocessing.Process's
-API that the engine and the stdlib's private ``_processes`` use (pid, name,
-exitcode, join, terminate, kill, is_alive), and the client's end of a Unix
-socket pair shared with the worker, which carries the descriptors of
-shared-memory segments that messages' arrays live in (doc/dev/messages.rst).
-
-Each launcher also says how its kind of worker takes values (`codec`,
-mizu._messages), whether workers start all at once or one per task that
-finds none idle (`on_demand`), whether those starts may be paced a few at
-a time (`paced`, mizu._pool.Pool.start_deferred), what most often kills
-one before its first task (`starting_hint`) and what runs in a worker
-before its first task (`setup_name`, for the pool's error messages).
+given, and knows nothing else of how. Each kind of worker has one: Python
+workers `MultiprocessingLauncher`, R workers mizu._r.launcher.RLauncher.
 """
 
+from __future__ import annotations
+
 import os
-import signal
 import socket
-import subprocess
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mizu._messages import Codec
 from mizu._pickler import ByValue
 from mizu._worker import main as _worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from mizu._core import _Ring
+
+__all__ = ["Launcher", "MultiprocessingLauncher"]
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """What the pool engine asks of a kind of worker: how to start one, and how it takes values.
+
+    Attributes
+    ----------
+    codec : mizu._messages.Codec
+        How this kind of worker takes values and what its answers mean.
+    on_demand : bool
+        Workers start one per task that finds none idle, rather than all
+        at once.
+    paced : bool
+        Those starts may be paced a few at a time
+        (mizu._pool.Pool.start_deferred).
+    starting_hint : str
+        What most often kills a worker of this kind before its first task,
+        for the pool's error messages; or "".
+    setup_name : str
+        What runs in a worker before its first task ("initializer"), for
+        the pool's error messages.
+    """
+
+    codec: Codec
+    on_demand: bool
+    paced: bool
+    starting_hint: str
+    setup_name: str
+
+    def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]:
+        """Start worker `index`, which pops its tasks from the ring `tasks` and pushes its results to `results`.
+
+        Returns
+        -------
+        process
+            A handle with the part of multiprocessing.Process's API that
+            the engine and the stdlib's private ``_processes`` use (pid,
+            name, exitcode, join, terminate, kill, is_alive).
+        channel : socket.socket
+            The client's end of a Unix socket pair shared with the worker,
+            which carries the descriptors of shared-memory segments that
+            messages' arrays live in (doc/dev/messages.rst).
+        """
 
 
 class MultiprocessingLauncher:
@@ -117,109 +156,3 @@ def _preload_in_forkserver(context):
             or not any(os.path.abspath(p) == os.path.dirname(ours) for p in installed)):
         return
     context.set_forkserver_preload([*modules, "mizu._worker"])
-
-
-def r_string(text):
-    """text as an R string literal."""
-    escaped = "".join(
-        "\\\\" if c == "\\" else '\\"' if c == '"' else c if c >= " " else f"\\x{ord(c):02x}" for c in text)
-    return f'"{escaped}"'
-
-
-class RProcess:
-    """An R worker's Rscript, with the part of multiprocessing.Process's API that the pool uses."""
-
-    def __init__(self, popen, name):
-        self._popen = popen
-        self.pid = popen.pid
-        self.name = name
-
-    @property
-    def exitcode(self):
-        """None while it runs, then its exit code, or minus the signal that ended it."""
-        return self._popen.poll()
-
-    def is_alive(self):
-        return self._popen.poll() is None
-
-    def join(self, timeout=None):
-        try:
-            self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def terminate(self):
-        self._signal(signal.SIGTERM)
-
-    def kill(self):
-        self._signal(signal.SIGKILL)
-
-    def _signal(self, number):
-        if self._popen.poll() is None:
-            try:
-                os.kill(self.pid, number)
-            except ProcessLookupError:
-                pass
-
-    def __repr__(self):
-        code = self.exitcode
-        state = "started" if code is None else f"stopped exitcode={code}"
-        return f"<RProcess name={self.name!r} pid={self.pid} {state}>"
-
-
-class RLauncher:
-    """Starts R workers: ``Rscript`` running the worker loop of mizu's R package (mizu._rpackage).
-
-    A worker inherits the descriptors of the pool's segment and of its end
-    of the socket pair, and runs in a session of its own, so that a Ctrl-C
-    in a terminal reaches the client alone: the client decides what
-    becomes of the pool, as with Python workers' KeyboardInterrupt.
-
-    Parameters
-    ----------
-    rscript : path
-        The Rscript to run.
-    library : path
-        The R library holding mizu's R package, put first on ``R_LIBS``.
-    setup : str or os.PathLike or None
-        R code run once in each worker, in its global environment, before
-        its first task; a path: an R file to source there.
-    max_tasks : int or None
-        Tasks a worker runs before it retires.
-    """
-
-    on_demand = False
-    paced = False
-    starting_hint = ""
-    setup_name = "setup script"
-
-    def __init__(self, rscript, library, setup, max_tasks):
-        from mizu._rcodec import RCodec
-
-        self.codec = RCodec()
-        self.rscript, self.library, self.max_tasks = os.fspath(rscript), os.fspath(library), max_tasks
-        if setup is not None and not isinstance(setup, str):
-            setup = f"source({r_string(os.path.abspath(os.fspath(setup)))})"
-        self.setup = setup
-        libs = os.environ.get("R_LIBS")
-        self.environ = dict(os.environ, R_LIBS=self.library if not libs else os.pathsep.join([self.library, libs]))
-
-    def launch(self, index, tasks, results):
-        """Start R worker `index` on the rings tasks and results; (its RProcess, the client's channel)."""
-        channel, worker_end = socket.socketpair()
-        segment = tasks.segment.fd
-        code = (f"mizu::worker({segment}, {tasks.offset}, {results.offset}, {worker_end.fileno()}, {index}, "
-                f"{os.getpid()}, {self.max_tasks or 0}, setup = if (length(commandArgs(TRUE))) commandArgs(TRUE) "
-                "else NULL)")
-        argv = [self.rscript, "--no-save", "--no-restore", "-e", code]
-        if self.setup is not None:
-            argv.append(self.setup)
-        try:
-            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=self.environ, start_new_session=True,
-                                     pass_fds=(segment, worker_end.fileno()))
-        except BaseException:
-            channel.close()
-            raise
-        finally:
-            worker_end.close()
-        return RProcess(popen, f"mizu-R-worker-{index}"), channel

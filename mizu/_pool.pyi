@@ -6,9 +6,10 @@ from concurrent.futures import Future as _StdlibFuture
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol, TypeVar
 
-from mizu._core import MpmcRing, PeerWatch, Segment, SpscRing, _Ring
+from mizu._core import MpmcRing, PeerWatch, Segment, SpscRing
 from mizu._future import LazyFuture
 from mizu._insights import Insights
+from mizu._launchers import Launcher
 from mizu._messages import Codec
 from mizu._sync import Fifo, Lock
 
@@ -17,14 +18,6 @@ from typing_extensions import disjoint_base
 __all__ = ["Future", "Pool", "Worker"]
 
 _T = TypeVar("_T")
-
-class _Launcher(Protocol):
-    on_demand: bool
-    paced: bool
-    starting_hint: str
-    setup_name: str
-    codec: Codec
-    def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]: ...
 
 class _Counter(Protocol):
     def add(self, calls: int) -> None: ...
@@ -68,7 +61,7 @@ class Worker:
 @disjoint_base
 class Pool:
     @property
-    def launcher(self) -> _Launcher: ...
+    def launcher(self) -> Launcher: ...
     @property
     def codec(self) -> Codec: ...
     @property
@@ -116,7 +109,7 @@ class Pool:
     started: bool
     task_seconds: float
     depth: int
-    def __init__(self, max_workers: int, launcher: _Launcher, max_tasks: int | None) -> None: ...
+    def __init__(self, max_workers: int, launcher: Launcher, max_tasks: int | None) -> None: ...
     def start(self, first: _StdlibFuture[Any]) -> None: ...
     @property
     def counters(self) -> dict[Any, _Counter]: ...

@@ -216,7 +216,7 @@ cdef class Peer:
             if depth >= kMaxDepth - 2:
                 raise ValueError(f"a Series nested more than {kMaxDepth - 2} containers deep has no form in "
                                  f"{self.language}")
-            from mizu._frames import column_part
+            from mizu._r.frames import column_part
             return self.put_part(w, column_part(obj), depth)
         return self.refuse(obj)
 
@@ -226,7 +226,7 @@ cdef class Peer:
         if depth >= kMaxDepth - 2:
             raise ValueError(f"a DataFrame nested more than {kMaxDepth - 2} containers deep has no form in "
                              f"{self.language}")
-        from mizu._frames import frame_parts
+        from mizu._r.frames import frame_parts
         nrows, row_names, columns = frame_parts(df)
         if len(columns) > UINT32_MAX:
             raise ValueError(f"a DataFrame of {len(columns)} columns exceeds the wire's 2^32 - 1")
@@ -244,7 +244,7 @@ cdef class Peer:
         return 0
 
     cdef int put_part(self, Writer& w, tuple part, int depth) except -1:
-        """A part as mizu._frames describes it: an array, a masked array or a typed vector."""
+        """A part as mizu._r.frames describes it: an array, a masked array or a typed vector."""
         form = part[0]
         if form == "a":
             return self.put_array(w, part[1])
@@ -602,7 +602,7 @@ cdef object _typed(Reader& r, object buffers):
     items = [_value(r, buffers) for i in range(typed_parts(kind))]
     r.end()
     try:
-        from mizu._frames import typed_from_wire
+        from mizu._r.frames import typed_from_wire
         return typed_from_wire(chr(<uint8_t>kind), items)
     except ImportError as exc:
         raise ValueError(f"wire message at byte {at}: a typed vector, which needs pandas: pip install pandas") from exc
@@ -623,7 +623,7 @@ cdef object _frame(Reader& r, object buffers):
         columns.append(_value(r, buffers))
     r.end()
     try:
-        from mizu._frames import frame_from_wire
+        from mizu._r.frames import frame_from_wire
         return frame_from_wire(f.nrows, row_names, names, columns)
     except ImportError as exc:
         raise ValueError(f"wire message at byte {at}: a data frame, which needs pandas: pip install pandas") from exc

@@ -689,7 +689,7 @@ import multiprocessing
 import children, mizu
 with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as ex:
     print(ex.submit(children.parent_maps, "mizu/_worker.").result(timeout=60),
-          ex.submit(children.parent_maps, "mizu/_rcodec.").result(timeout=60))
+          ex.submit(children.parent_maps, "mizu/_r/codec.").result(timeout=60))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
                          cwd=tmp_path)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import mizu
-from mizu import _rpackage
+from mizu._r import package as rpackage
 
 # The tests import their helpers from rsession.py by name.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -20,7 +20,7 @@ from helpers import require  # noqa: E402
 from rsession import RSession, r_has_package  # noqa: E402
 
 try:
-    _rpackage.find_rscript()
+    rpackage.find_rscript()
     _NO_R = None
 except FileNotFoundError as exc:
     _NO_R = str(exc)
@@ -36,7 +36,7 @@ def _r_is_installed():
 @pytest.fixture(scope="session")
 def r_library(_r_is_installed):
     """The R library holding the R package, built on first use."""
-    return _rpackage.ensure_installed()
+    return rpackage.ensure_installed()
 
 
 def _r_package(library, name, what):

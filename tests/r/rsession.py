@@ -7,7 +7,7 @@ import tempfile
 
 import numpy as np
 
-from mizu import _rpackage
+from mizu._r import package as rpackage
 
 
 def r_environment(library):
@@ -17,7 +17,7 @@ def r_environment(library):
 
 def run_rscript(library, code, pass_fds=()):
     """Run R `code` in a fresh Rscript; its stdout, or AssertionError with its stderr."""
-    done = subprocess.run([str(_rpackage.find_rscript()), "--vanilla", "-e", code], capture_output=True, text=True,
+    done = subprocess.run([str(rpackage.find_rscript()), "--vanilla", "-e", code], capture_output=True, text=True,
                           env=r_environment(library), pass_fds=pass_fds, timeout=120)
     assert done.returncode == 0, f"Rscript failed:\n{done.stderr}"
     return done.stdout
@@ -76,7 +76,7 @@ class RSession:
     def __init__(self, library, inherited_fds):
         self.inherited = set(inherited_fds)
         self.stderr = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([str(_rpackage.find_rscript()), "--vanilla", "-e", _SERVE], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([str(rpackage.find_rscript()), "--vanilla", "-e", _SERVE], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, env=r_environment(library),
                                         pass_fds=sorted(self.inherited))
 

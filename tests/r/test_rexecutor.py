@@ -22,8 +22,8 @@ import pytest
 import children
 import mizu
 from helpers import shm_entries
-from mizu import _rpackage
 from mizu._messages import BATCH, FLAT, SINGLE
+from mizu._r import package as rpackage
 from rsession import r_oracle
 
 INT32_MIN = -(2**31)
@@ -340,7 +340,7 @@ def test_bad_arguments_are_refused_at_construction(r_library):
         mizu.RExecutor(1, setup=42)
     with pytest.raises(ValueError, match="max_tasks_per_child"):
         mizu.RExecutor(1, max_tasks_per_child=0)
-    for rscript in ("/nonexistent/Rscript", os.path.dirname(_rpackage.find_rscript())):
+    for rscript in ("/nonexistent/Rscript", os.path.dirname(rpackage.find_rscript())):
         with pytest.raises(FileNotFoundError, match=f"rscript={rscript!r} is not an executable file"):
             mizu.RExecutor(1, rscript=rscript)
 
@@ -348,7 +348,7 @@ def test_bad_arguments_are_refused_at_construction(r_library):
 def test_rscript_names_the_r_that_runs_the_workers(r_library, tmp_path, monkeypatch):
     """The Rscript given runs every worker and is the R the package is built for, with none on PATH."""
     rscript = tmp_path / "Rscript"
-    rscript.write_text(f'#!/bin/sh\nMIZU_TEST_RSCRIPT="$0" exec {_rpackage.find_rscript()} "$@"\n')
+    rscript.write_text(f'#!/bin/sh\nMIZU_TEST_RSCRIPT="$0" exec {rpackage.find_rscript()} "$@"\n')
     rscript.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with mizu.RExecutor(2, rscript=str(rscript)) as pool:

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 import mizu
-from mizu import _rpackage
+from mizu._r import package as rpackage
 from rsession import run_rscript
 
-_ENSURE = "from mizu import _rpackage; print(_rpackage.ensure_installed())"
+_ENSURE = "from mizu._r import package; print(package.ensure_installed())"
 
 
 def _python(code, cwd, **env):
@@ -29,7 +29,7 @@ def test_processes_racing_to_build_build_once(tmp_path):
     assert len(building) == 1, results
     assert run_rscript(library, "library(mizu); cat(mizu:::decode(mizu:::encode(41L)$message) + 1L)") == "42"
     # Built already: the command-line spelling says where, and builds nothing.
-    done = subprocess.run([sys.executable, "-m", "mizu._rpackage"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "mizu._r.package"], capture_output=True, text=True,
                           env=dict(os.environ, MIZU_R_LIBRARY=str(library)), timeout=60, cwd=tmp_path)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(library), "")
 
@@ -48,26 +48,26 @@ def test_a_build_without_a_compiler_says_what_to_install(tmp_path):
 def test_without_r_the_error_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="apt-get install r-base-core r-base-dev"):
-        _rpackage.find_rscript()
+        rpackage.find_rscript()
 
 
 def test_the_default_library_is_keyed_by_r_and_mizu_versions(monkeypatch, tmp_path):
     monkeypatch.delenv("MIZU_R_LIBRARY", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     r_version = run_rscript(tmp_path, "cat(as.character(getRversion()))")
-    assert _rpackage.library_dir() == tmp_path / "mizu" / f"R-{r_version}-mizu-{mizu.__version__}"
+    assert rpackage.library_dir() == tmp_path / "mizu" / f"R-{r_version}-mizu-{mizu.__version__}"
 
 
 def test_the_r_package_s_own_tests_pass(r_library, testthat):
     """The R package's testthat tests, run by Rscript against the package as it is installed."""
-    tests = os.path.join(os.path.dirname(_rpackage.__file__), "rpackage", "tests", "testthat")
+    tests = os.path.join(os.path.dirname(os.path.dirname(rpackage.__file__)), "rpackage", "tests", "testthat")
     code = (f"testthat::test_dir({tests!r}, package = 'mizu', load_package = 'installed', "
             "reporter = 'summary', stop_on_failure = TRUE)")
     run_rscript(r_library, code)
 
 
 def test_the_sources_for_r_cmd_check_hold_the_core_and_the_tests(tmp_path):
-    command = [sys.executable, "-m", "mizu._rpackage", "--source", str(tmp_path)]
+    command = [sys.executable, "-m", "mizu._r.package", "--source", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(tmp_path / "mizu"), "")
     written = {path.relative_to(tmp_path / "mizu").as_posix() for path in (tmp_path / "mizu").rglob("*")}

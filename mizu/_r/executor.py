@@ -1,20 +1,20 @@
 """RExecutor: a concurrent.futures Executor whose workers are R processes.
 
 The engine is the Python pool's (mizu._pool); the workers start through
-mizu._launchers.RLauncher and answer in the terms of mizu._rcodec.
+mizu._r.launcher.RLauncher and answer in the terms of mizu._r.codec.
 """
 
 import concurrent.futures
 import os
 import pathlib
 import re
-import weakref
 
-from mizu import _rpackage
-from mizu._launchers import RLauncher
+from mizu._core import usable_cpus
+from mizu._executor_base import ExecutorBase, check_max_tasks, checked_workers
 from mizu._map import map_results
 from mizu._messages import CALL
-from mizu._pool import Pool
+from mizu._r import package
+from mizu._r.launcher import RLauncher
 
 __all__ = ["RExecutor"]
 
@@ -30,14 +30,14 @@ def _check_function(fn):
     return fn
 
 
-class RExecutor(concurrent.futures.Executor):
+class RExecutor(ExecutorBase, concurrent.futures.Executor):
     """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None)
 
     An Executor whose workers are R processes, exchanging values with
     Python through shared memory.
 
     Each worker is an ``Rscript`` running mizu's R package, which is built
-    on first use (`mizu._rpackage`). A task names an R function, as R
+    on first use (`mizu._r.package`). A task names an R function, as R
     source or by name, and its arguments; the function is evaluated once in
     each worker, then sent by id. Its arguments become R values
     (keywords become named arguments), and its value becomes a Python
@@ -73,7 +73,7 @@ class RExecutor(concurrent.futures.Executor):
         R is not installed (the message says how to install it), `rscript`
         is not an executable file, or `setup` names an R file that does
         not exist.
-    mizu._rpackage.RPackageBuildError
+    mizu._r.package.RPackageBuildError
         mizu's R package could not be built (no compiler, say); the message
         names what is missing and ends with R's output.
 
@@ -90,12 +90,7 @@ class RExecutor(concurrent.futures.Executor):
     """
 
     def __init__(self, max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None):
-        if max_workers is None:
-            from mizu._core import usable_cpus
-
-            max_workers = usable_cpus()
-        elif max_workers <= 0:
-            raise ValueError("max_workers must be greater than 0")
+        max_workers = checked_workers(max_workers, usable_cpus)
         if setup is not None and not isinstance(setup, (str, os.PathLike)):
             raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
         if isinstance(setup, str) and setup.endswith((".R", ".r")) and os.path.isfile(os.path.expanduser(setup)):
@@ -104,19 +99,10 @@ class RExecutor(concurrent.futures.Executor):
             # A file's name, not R code (which would look the name up as a variable).
             raise FileNotFoundError(f"setup names the R file {setup!r}, which does not exist (from {os.getcwd()}): "
                                     f"pass R code, or the path of an existing file")
-        if max_tasks_per_child is not None:
-            if not isinstance(max_tasks_per_child, int):
-                raise TypeError("max_tasks_per_child must be an integer")
-            if max_tasks_per_child <= 0:
-                raise ValueError("max_tasks_per_child must be >= 1")
-        rscript = _rpackage.find_rscript(rscript)
-        library = _rpackage.ensure_installed(rscript=rscript)
-        self._max_workers = max_workers
-        launcher = RLauncher(rscript, library, setup, max_tasks_per_child)
-        self._pool = Pool(max_workers, launcher, max_tasks_per_child)
-        # Collecting the executor shuts the pool down; work already submitted still completes, unless
-        # max_tasks_per_child retires every worker first.
-        weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
+        check_max_tasks(max_tasks_per_child)
+        rscript = package.find_rscript(rscript)
+        library = package.ensure_installed(rscript=rscript)
+        self._start_pool(max_workers, RLauncher(rscript, library, setup, max_tasks_per_child), max_tasks_per_child)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -168,30 +154,3 @@ class RExecutor(concurrent.futures.Executor):
         """
         return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
                            self._max_workers, progress)
-
-    def insights(self):
-        """insights()
-
-        What the pool has done so far: each R worker's calls, its time busy
-        and idle, its start-up, and the five slowest tasks (see
-        `ProcessPoolExecutor.insights`).
-
-        Returns
-        -------
-        Insights
-        """
-        return self._pool.insights()
-
-    def shutdown(self, wait=True, *, cancel_futures=False):
-        """shutdown(wait=True, *, cancel_futures=False)
-
-        Free the pool's R processes and memory once pending futures are done.
-
-        Parameters
-        ----------
-        wait : bool
-            Block until every pending future is done and the workers exited.
-        cancel_futures : bool
-            Cancel the futures that no worker has started.
-        """
-        self._pool.shutdown(wait, cancel_futures)

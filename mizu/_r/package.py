@@ -12,13 +12,13 @@ goes to a staging library that replaces the old one in one rename.
 
 To build ahead of time, for instance in a container image::
 
-    python -m mizu._rpackage
+    python -m mizu._r.package
 
 To write the R package's sources as its build sees them, tests included,
 for ``R CMD build`` and ``R CMD check`` (``.ci/r-check`` runs both, from a
 checkout)::
 
-    python -m mizu._rpackage --source DIR
+    python -m mizu._r.package --source DIR
 """
 
 import argparse
@@ -36,8 +36,8 @@ import tempfile
 
 __all__ = ["RPackageBuildError", "ensure_installed", "find_rscript", "library_dir"]
 
-_HERE = pathlib.Path(__file__).resolve().parent
-_SOURCES = _HERE / "rpackage"
+_MIZU = pathlib.Path(__file__).resolve().parents[1]
+_SOURCES = _MIZU / "rpackage"
 _PACKAGE = "mizu"
 _STAMP_FIELD = "MizuBuild"
 _INSTALL_R = ("install R: on Debian or Ubuntu `apt-get install r-base-core r-base-dev`, on macOS `brew install r`, "
@@ -114,7 +114,8 @@ def library_dir(rscript=None):
     override = os.environ.get("MIZU_R_LIBRARY")
     if override:
         return pathlib.Path(override)
-    from mizu import __version__
+    # Imported here: .ci/r-check runs this file as a script, from a checkout where mizu cannot be imported.
+    from mizu._version import __version__
 
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(cache) / "mizu" / f"R-{_r_version(find_rscript(rscript))}-mizu-{__version__}"
@@ -122,8 +123,8 @@ def library_dir(rscript=None):
 
 def _core_dir():
     """The C++ core the R package compiles: the checkout's csrc/ when run from a source tree, else the installed copy."""
-    checkout = _HERE.parent / "csrc"
-    if (checkout / "wire.hpp").is_file() and (_HERE.parent / "meson.build").is_file():
+    checkout = _MIZU.parent / "csrc"
+    if (checkout / "wire.hpp").is_file() and (_MIZU.parent / "meson.build").is_file():
         return checkout
     installed = _SOURCES / "src" / "core"
     if (installed / "wire.hpp").is_file():
@@ -270,7 +271,7 @@ def ensure_installed(verbose=True, rscript=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m mizu._rpackage",
+    parser = argparse.ArgumentParser(prog="python -m mizu._r.package",
                                      description="Build the R package that mizu's R workers run, if it is not built "
                                                  "yet, and print the R library that holds it.")
     parser.add_argument("-q", "--quiet", action="store_true", help="say nothing but the library's path")

@@ -3,12 +3,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from mizu._insights import Insights
+from mizu._executor_base import ExecutorBase
 
 __all__ = ["RExecutor"]
 
-class RExecutor(Executor):
-    _max_workers: int
+class RExecutor(ExecutorBase, Executor):
     def __init__(
         self,
         max_workers: int | None = None,
@@ -27,5 +26,3 @@ class RExecutor(Executor):
         buffersize: int | None = None,
         progress: bool | Mapping[str, Any] | None = False,
     ) -> Iterator[Any]: ...
-    def insights(self) -> Insights: ...
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...

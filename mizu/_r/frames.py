@@ -4,8 +4,9 @@ A DataFrame travels as a frame record (``D`` in doc/dev/wire.rst) and a
 Series as the vector a frame's column would be. `frame_parts` and
 `column_part` say how each part is written, `frame_from_wire` and
 `typed_from_wire` make pandas objects of what was read; the Cython codec
-(mizu/_wire.pyx) does the reading and writing. doc/user/r.rst has the
-table of what becomes what.
+(mizu/_wire.pyx) does the reading and writing. Python workers take
+pandas objects pickled: these are what R workers take, and their errors
+speak of R. doc/user/r.rst has the table of what becomes what.
 
 A part is a tuple: ``("a", ndarray)`` for a numpy array, ``("M", values,
 mask)`` for an array with missing elements, ``("K", kind, items)`` for a
