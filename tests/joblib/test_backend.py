@@ -23,27 +23,12 @@ from helpers import CTRL_C, child_environ, exit_all, require
 try:
     import joblib
     from joblib import Parallel, delayed, parallel_config
-    from joblib.externals.loky import get_reusable_executor
 except ImportError as exc:
     require(False, f"joblib is not installed ({exc}): pip install joblib", module=True)
 
 import mizu  # noqa: F401  (registers the backend)
-from mizu import _joblib
 
 BACKENDS = ["mizu", "loky"]
-
-
-@pytest.fixture(autouse=True)
-def pools_shut_down(tmp_path, monkeypatch):
-    """Neither backend's reusable pool outlives a test: the leak check after it would count their workers.
-
-    loky's memmapping folders go to tmp_path, not /dev/shm, which its
-    resource tracker cleans only later.
-    """
-    monkeypatch.setenv("JOBLIB_TEMP_FOLDER", str(tmp_path))
-    yield
-    _joblib.shutdown()
-    get_reusable_executor().shutdown(wait=True)
 
 
 def worker_pids(n_jobs=2, tasks=20, **config):
