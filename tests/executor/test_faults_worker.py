@@ -294,7 +294,7 @@ def test_a_task_that_kills_its_worker_breaks_the_pool(make, executor_type, conte
         # Those another worker finished before the pool broke keep their result.
         assert isinstance(future.exception(timeout=WAIT), (BrokenProcessPool, type(None)))
     if _is_mizu(ex):
-        _assert_names(errors, refusal, f"{how} while running children.{fn.__name__}({arg!r}).")
+        _assert_names(errors, refusal, f"{how} while running {fn.__module__}.{fn.__name__}({arg!r}).")
 
 
 @pytest.mark.parametrize("fn, args, error", [
