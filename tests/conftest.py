@@ -16,11 +16,13 @@ from hypothesis import HealthCheck, settings
 
 import mizu
 
-# The tests, and the child processes they start, import children.py and
-# helpers.py from this folder by name.
+# The tests, and the processes they start, import helpers.py and the child
+# programs by name: helpers.IMPORT_PATH says from where.
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import Client, process_group, shm_entries, without_tblib_reducers  # noqa: E402
+from helpers import IMPORT_PATH, Client, process_group, shm_entries, without_tblib_reducers  # noqa: E402
+
+sys.path[:0] = [folder for folder in IMPORT_PATH if folder not in sys.path]
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
@@ -112,7 +114,8 @@ def leaves_nothing_behind(request):
 
 @pytest.fixture
 def client(tmp_path):
-    """Starts Client(call, env=...) in tmp_path; kills whatever is left of its process group and its workers at the end.
+    """Starts Client(program, args, env=...) in tmp_path as start(program, *args, env=...); kills whatever is left of
+    its process group and its workers at the end.
 
     Its temporary files go to tmp_path too: a client killed by SIGKILL
     cannot remove its multiprocessing folder (pymp-*).
@@ -121,8 +124,8 @@ def client(tmp_path):
     temp = tmp_path / "tmp"
     temp.mkdir()
 
-    def start(call, env=None, **kwargs):
-        started.append(Client(call, tmp_path, env={"TMPDIR": str(temp), **(env or {})}, **kwargs))
+    def start(program, *args, env=None, **kwargs):
+        started.append(Client(program, args, tmp_path, env={"TMPDIR": str(temp), **(env or {})}, **kwargs))
         return started[-1]
 
     yield start

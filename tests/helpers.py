@@ -1,8 +1,7 @@
 """What the tests share beside conftest.py's fixtures: paths, child interpreters' environment, leftovers to look for.
 
-Like children.py (the child processes' entry points), it is imported by
-name: conftest.py puts this folder on sys.path, and child_environ() puts it
-on a child interpreter's PYTHONPATH.
+Like the child programs (children.py here, each layer's <layer>_children.py
+in its folder), it is imported by name from IMPORT_PATH.
 """
 
 import copyreg
@@ -19,11 +18,23 @@ import pytest
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = os.path.join(os.path.dirname(TESTS), "benchmarks")
 
+# The folders from which every process of the tests imports the tests' own
+# modules by name (helpers, rsession, the child programs): this one and each
+# layer's, so a module's name is unique across them. pytest, in import mode
+# importlib, puts none of them on sys.path: conftest.py puts them first. A
+# worker started by fork inherits that sys.path, one started by spawn or
+# forkserver is given it by multiprocessing as it starts, and a child
+# interpreter has them on PYTHONPATH (child_environ). A task's function
+# pickles by reference, as module.name, and is found again there.
+IMPORT_PATH = [TESTS, *sorted(entry.path for entry in os.scandir(TESTS)
+                              if entry.is_dir() and entry.name != "__pycache__")]
+
 
 def child_environ(env=None):
-    """os.environ with env, and this folder first on PYTHONPATH: a child interpreter imports children by name."""
+    """os.environ with env, and IMPORT_PATH first on PYTHONPATH: a child interpreter imports the child programs by
+    name."""
     environ = dict(os.environ, **(env or {}))
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, environ.get("PYTHONPATH")]))
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*IMPORT_PATH, environ.get("PYTHONPATH")]))
     return environ
 
 
@@ -77,16 +88,21 @@ CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler
 
 
 class Client:
-    """A client subprocess, in a session of its own: its stdout lines as they come, its stderr at the end.
+    """A client subprocess that runs program(*args), in a session of its own: its stdout lines as they come, its
+    stderr at the end.
 
-    `workers`: pids of processes it started outside its process group, for
-    the `client` fixture to kill with the group.
+    program is a function of a module on IMPORT_PATH, args values whose
+    repr() is Python that makes them again. `workers`: pids of processes it
+    started outside its process group, for the `client` fixture to kill with
+    the group.
     """
 
-    def __init__(self, call, cwd, env=None, preexec_fn=None):
-        self.proc = subprocess.Popen([sys.executable, "-c", f"{CTRL_C}; import children; children.{call}"], cwd=cwd,
-                                     env=child_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, preexec_fn=preexec_fn)
+    def __init__(self, program, args, cwd, env=None, preexec_fn=None):
+        module = program.__module__
+        call = f"{CTRL_C}; import {module}; {module}.{program.__qualname__}{tuple(args)!r}"
+        self.proc = subprocess.Popen([sys.executable, "-c", call], cwd=cwd, env=child_environ(env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                     preexec_fn=preexec_fn)
         self.pid = self.proc.pid
         self.workers = []
         self.lines = queue.Queue()

@@ -11,7 +11,7 @@ from hypothesis import given, reject
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import children
+import arrays_children
 import mizu
 from mizu import _arena
 
@@ -254,7 +254,8 @@ def test_arena_block_is_none_for_memory_elsewhere():
 def test_a_forked_child_writes_into_its_parents_array():
     ctx = multiprocessing.get_context("fork")
     out = mizu.zeros(1000, np.int64)
-    workers = [ctx.Process(target=children.fill_slice, args=(out, i * 250, (i + 1) * 250, i + 1)) for i in range(4)]
+    workers = [ctx.Process(target=arrays_children.fill_slice, args=(out, i * 250, (i + 1) * 250, i + 1))
+               for i in range(4)]
     for w in workers:
         w.start()
     for w in workers:
@@ -267,7 +268,7 @@ def test_a_forked_child_makes_arrays_in_an_arena_of_its_own():
     ctx = multiprocessing.get_context("fork")
     parent = mizu.default_arena()
     report, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=children.arrays_in_child, args=(parent.id, there))
+    child = ctx.Process(target=arrays_children.arrays_in_child, args=(parent.id, there))
     child.start()
     assert report.poll(60)
     assert report.recv() == (True, True, 1000.0)

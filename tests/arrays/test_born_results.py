@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import children
+import arrays_children
 import mizu
 from mizu import _arena
 
@@ -55,10 +55,10 @@ def _same(got, want):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_new_arrays_come_back_as_with_the_stdlib(pool, kind):
-    made = children.new_array(kind, N)
+    made = arrays_children.new_array(kind, N)
     want = pickle.loads(pickle.dumps(made))   # a copy's layout, as the stdlib gives
-    pool.submit(children.new_array, kind, 1000).result(timeout=60)   # numpy imported in a worker
-    got = pool.submit(children.new_array, kind, N).result(timeout=60)
+    pool.submit(arrays_children.new_array, kind, 1000).result(timeout=60)   # numpy imported in a worker
+    got = pool.submit(arrays_children.new_array, kind, N).result(timeout=60)
     _same(got, want)
     for array, original in zip(_arrays_of(got), _arrays_of(made)):
         assert array.flags.writeable
@@ -71,70 +71,70 @@ def test_new_arrays_come_back_as_with_the_stdlib(pool, kind):
 
 @pytest.mark.parametrize("keep", ["array", "view"])
 def test_a_result_the_worker_keeps_stays_apart_from_the_callers(executor_type, start_method, keep):
-    make = children.make_and_keep if keep == "array" else children.make_and_keep_a_view
+    make = arrays_children.make_and_keep if keep == "array" else arrays_children.make_and_keep_a_view
     with executor_type(1, mp_context=multiprocessing.get_context(start_method)) as ex:
         got = ex.submit(make, N, 1.0).result(timeout=60)
         got[:] = 9.0
-        assert ex.submit(children.kept_first, keep).result(timeout=60) == 1.0
-        assert ex.submit(children.kept_first, keep, 4.0).result(timeout=60) == 4.0
+        assert ex.submit(arrays_children.kept_first, keep).result(timeout=60) == 1.0
+        assert ex.submit(arrays_children.kept_first, keep, 4.0).result(timeout=60) == 4.0
         assert (got == 9.0).all()
 
 
 def test_results_go_back_to_the_workers_arena_when_dropped(start_method):
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
-        ex.submit(children.new_array, "negated", 1000).result(timeout=60)
-        before = ex.submit(children.arena_stats).result(timeout=60)["blocks"]
+        ex.submit(arrays_children.new_array, "negated", 1000).result(timeout=60)
+        before = ex.submit(arrays_children.arena_stats).result(timeout=60)["blocks"]
         for _ in range(300):
-            assert ex.submit(children.new_array, "negated", N).result(timeout=60)[1] == -1.0
-        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before
-        held = [ex.submit(children.new_array, "ufunc", N).result(timeout=60) for _ in range(5)]
-        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before + 5
+            assert ex.submit(arrays_children.new_array, "negated", N).result(timeout=60)[1] == -1.0
+        assert ex.submit(arrays_children.arena_stats).result(timeout=60)["blocks"] == before
+        held = [ex.submit(arrays_children.new_array, "ufunc", N).result(timeout=60) for _ in range(5)]
+        assert ex.submit(arrays_children.arena_stats).result(timeout=60)["blocks"] == before + 5
         del held
-        assert ex.submit(children.arena_stats).result(timeout=60)["blocks"] == before
+        assert ex.submit(arrays_children.arena_stats).result(timeout=60)["blocks"] == before
 
 
 def test_a_workers_idle_arena_memory_goes_back_to_the_system():
     with mizu.ProcessPoolExecutor(1) as ex:
-        ex.submit(children.new_array, "negated", 10).result(timeout=60)
-        first = ex.submit(children.arena_stats).result(timeout=60)["capacity"]
-        back = ex.submit(children.new_array, "negated", 10_000_000).result(timeout=60)
-        assert ex.submit(children.arena_stats).result(timeout=60)["capacity"] > first
+        ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+        first = ex.submit(arrays_children.arena_stats).result(timeout=60)["capacity"]
+        back = ex.submit(arrays_children.new_array, "negated", 10_000_000).result(timeout=60)
+        assert ex.submit(arrays_children.arena_stats).result(timeout=60)["capacity"] > first
         del back
         deadline = time.monotonic() + 30
-        while ex.submit(children.arena_stats).result(timeout=60)["capacity"] > first:
+        while ex.submit(arrays_children.arena_stats).result(timeout=60)["capacity"] > first:
             assert time.monotonic() < deadline, "the worker kept an idle segment for 30 s"
             time.sleep(0.2)
 
 
 def test_only_workers_take_array_data_from_the_arena():
     with mizu.ProcessPoolExecutor(1) as ex:
-        ex.submit(children.new_array, "negated", 10).result(timeout=60)
-        assert ex.submit(children.handler_of_new_array, 1 << 20).result(timeout=60) == "mizu_arena"
-    assert children.handler_of_new_array(1 << 20) != "mizu_arena"
+        ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+        assert ex.submit(arrays_children.handler_of_new_array, 1 << 20).result(timeout=60) == "mizu_arena"
+    assert arrays_children.handler_of_new_array(1 << 20) != "mizu_arena"
 
 
 def test_a_child_forked_in_a_task_has_copies_of_the_arrays_it_inherited(executor_type):
     with executor_type(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        ex.submit(children.new_array, "negated", 10).result(timeout=60)
-        assert ex.submit(children.fork_and_churn, N).result(timeout=60) == (0, 2.0 * N)
+        ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+        assert ex.submit(arrays_children.fork_and_churn, N).result(timeout=60) == (0, 2.0 * N)
 
 
 def test_a_worker_whose_arena_cannot_be_made_still_runs_tasks(monkeypatch):
     monkeypatch.setenv("MIZU_ARENA_LIMIT", "plenty")
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        assert ex.submit(children.new_array, "negated", 10).result(timeout=60)[1] == -1.0
-        assert ex.submit(children.sum_of_new, 1_000_000).result(timeout=60) == 1_000_000.0
+        assert ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)[1] == -1.0
+        assert ex.submit(arrays_children.sum_of_new, 1_000_000).result(timeout=60) == 1_000_000.0
 
 
 def test_arrays_past_the_workers_arena_limit_come_from_numpy(monkeypatch):
     monkeypatch.setenv("MIZU_ARENA_LIMIT", "48M")
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        ex.submit(children.new_array, "negated", 10).result(timeout=60)
-        assert ex.submit(children.sum_of_new, 10_000_000).result(timeout=60) == 10_000_000.0
-        assert ex.submit(children.new_array, "negated", 1_000_000).result(timeout=60)[-1] == -999_999.0
+        ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+        assert ex.submit(arrays_children.sum_of_new, 10_000_000).result(timeout=60) == 10_000_000.0
+        assert ex.submit(arrays_children.new_array, "negated", 1_000_000).result(timeout=60)[-1] == -999_999.0
         with pytest.raises(MemoryError, match="MIZU_ARENA_LIMIT"):
-            ex.submit(children.new_array, "negated", 10_000_000).result(timeout=60)
-        assert ex.submit(children.sum_of_new, 100).result(timeout=60) == 100.0
+            ex.submit(arrays_children.new_array, "negated", 10_000_000).result(timeout=60)
+        assert ex.submit(arrays_children.sum_of_new, 100).result(timeout=60) == 100.0
 
 
 # The allocator itself, in this process: installed in a context of its own

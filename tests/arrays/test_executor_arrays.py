@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import arrays_children
 import children
 import mizu
 from mizu._arrays import default_arena
@@ -44,13 +45,13 @@ def test_arrays_round_trip_as_with_the_stdlib(pool, name):
     assert type(back) is np.ndarray
     assert back.dtype == array.dtype and back.shape == array.shape
     np.testing.assert_array_equal(back, array)
-    received = pool.submit(children.describe, array).result(timeout=60)
+    received = pool.submit(arrays_children.describe, array).result(timeout=60)
     assert received[:3] == ("ndarray", array.dtype.str, array.shape)
 
 
 def test_arrays_inside_containers(pool):
     a, b = np.arange(30_000.0), np.ones((100, 100), dtype=np.int16)
-    value = {"list": [a, (b, "x")], "holder": children.Holder("h", a[::2]), "nested": {"k": [b.T]}}
+    value = {"list": [a, (b, "x")], "holder": arrays_children.Holder("h", a[::2]), "nested": {"k": [b.T]}}
     back = pool.submit(children.echo_value, value).result(timeout=60)
     np.testing.assert_array_equal(back["list"][0], a)
     np.testing.assert_array_equal(back["list"][1][0], b)
@@ -62,7 +63,7 @@ def test_arrays_inside_containers(pool):
 
 def test_a_plain_argument_is_a_private_copy(pool):
     array = np.zeros(100_000)
-    pool.submit(children.fill_slice, array, 0, 10, 7.0).result(timeout=60)
+    pool.submit(arrays_children.fill_slice, array, 0, 10, 7.0).result(timeout=60)
     assert not array.any()
 
 
@@ -70,7 +71,7 @@ def test_workers_fill_slices_of_one_shared_array(start_method):
     out = mizu.zeros(1_000_000)
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
         step = len(out) // 8
-        futures = [ex.submit(children.fill_slice, out, i * step, (i + 1) * step, float(i + 1)) for i in range(8)]
+        futures = [ex.submit(arrays_children.fill_slice, out, i * step, (i + 1) * step, float(i + 1)) for i in range(8)]
         for f in futures:
             f.result(timeout=60)
     np.testing.assert_array_equal(out, np.repeat(np.arange(1.0, 9.0), step))
@@ -79,7 +80,7 @@ def test_workers_fill_slices_of_one_shared_array(start_method):
 def test_a_view_of_a_shared_array_is_shared_too(start_method):
     out = mizu.zeros((100, 1000))
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
-        ex.submit(children.fill_slice, out[10:20], 0, 10, 1.0).result(timeout=60)
+        ex.submit(arrays_children.fill_slice, out[10:20], 0, 10, 1.0).result(timeout=60)
     assert out[10:20].all() and out.sum() == 10 * 1000
 
 
@@ -90,7 +91,7 @@ def test_writes_to_small_shared_arrays_reach_the_caller():
         @given(nbytes=st.integers(1, 4095), dtype=st.sampled_from(["u1", "<i2", "<f4", "<f8", "<c16"]))
         def check(nbytes, dtype):
             out = mizu.zeros(max(1, nbytes // np.dtype(dtype).itemsize), dtype)
-            ex.submit(children.fill, out, 1).result(timeout=60)
+            ex.submit(arrays_children.fill, out, 1).result(timeout=60)
             assert (out == 1).all()
 
         check()
@@ -114,19 +115,19 @@ def test_writes_to_every_view_of_a_shared_array_reach_the_caller(start_method, v
     out = mizu.zeros((1000, 8))
     part = _VIEWS[view](out)
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method)) as ex:
-        ex.submit(children.fill, part, 1.0).result(timeout=60)
+        ex.submit(arrays_children.fill, part, 1.0).result(timeout=60)
         assert part.all() and out.sum() == part.size
-        assert ex.submit(children.describe, part).result(timeout=60)[1:3] == (part.dtype.str, part.shape)
+        assert ex.submit(arrays_children.describe, part).result(timeout=60)[1:3] == (part.dtype.str, part.shape)
         readonly = _VIEWS[view](out)
         readonly.flags.writeable = False
         with pytest.raises(ValueError, match="read-only"):
-            ex.submit(children.fill, readonly, 2.0).result(timeout=60)
+            ex.submit(arrays_children.fill, readonly, 2.0).result(timeout=60)
     assert out.sum() == part.size
 
 
 def test_results_outlive_the_pool(start_method):
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
-        results = [ex.submit(children.arange, 200_000 + i) for i in range(4)]
+        results = [ex.submit(arrays_children.arange, 200_000 + i) for i in range(4)]
         arrays = [f.result(timeout=60) for f in results]
     del results
     gc.collect()
@@ -152,8 +153,8 @@ def test_an_exhausted_arena_fails_the_task_not_the_pool(monkeypatch):
     monkeypatch.setattr(mizu._arena, "_default", small)
     with mizu.ProcessPoolExecutor(1) as ex:
         with pytest.raises(MemoryError, match="MIZU_ARENA_LIMIT"):
-            ex.submit(children.describe, np.zeros(8 << 20, dtype=np.uint8)).result(timeout=60)
-        assert ex.submit(children.describe, np.zeros(1 << 20, dtype=np.uint8)).result(timeout=60)[0] == "ndarray"
+            ex.submit(arrays_children.describe, np.zeros(8 << 20, dtype=np.uint8)).result(timeout=60)
+        assert ex.submit(arrays_children.describe, np.zeros(1 << 20, dtype=np.uint8)).result(timeout=60)[0] == "ndarray"
     small.close()
 
 
@@ -168,9 +169,9 @@ def test_pandas_objects_round_trip(pool):
 
 
 def test_a_worker_returns_a_view_of_an_array_it_inherited(executor_type, monkeypatch):
-    monkeypatch.setattr(children, "SHARED", mizu.full(100_000, 2.0))
+    monkeypatch.setattr(arrays_children, "SHARED", mizu.full(100_000, 2.0))
     with executor_type(1, mp_context=multiprocessing.get_context("fork")) as ex:
-        back = ex.submit(children.shared_slice, 10_000).result(timeout=60)
+        back = ex.submit(arrays_children.shared_slice, 10_000).result(timeout=60)
     np.testing.assert_array_equal(back, np.full(10_000, 2.0))
 
 
@@ -178,7 +179,7 @@ def test_a_failed_worker_start_leaves_nothing_pending(executor_type):
     ex = executor_type(2, mp_context=multiprocessing.get_context("spawn"), initializer=lambda: None)
     # Python 3.13 says "Can't get local object", earlier ones "Can't pickle".
     with pytest.raises(Exception, match="pickle|Pickl|local object"):
-        ex.submit(children.describe, 1).result(timeout=60)
+        ex.submit(arrays_children.describe, 1).result(timeout=60)
     ex.shutdown(wait=True)
 
 
@@ -191,7 +192,7 @@ def test_arrays_sent_to_a_dead_worker_break_the_pool():
     futures = []
     try:
         for _ in range(200):
-            futures.append(ex.submit(children.describe, np.zeros(4096)))
+            futures.append(ex.submit(arrays_children.describe, np.zeros(4096)))
     except BrokenProcessPool:
         pass
     with pytest.raises(BrokenProcessPool):

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, rule
 
-import children
-from children import arena_fill, arena_intact
+import core_children
+from core_children import arena_fill, arena_intact
 from helpers import mapped_segments
 from mizu import _arena
 
@@ -35,12 +35,12 @@ def block_of(holder):
 
 
 class Peer:
-    """A child process running children.arena_peer, asked one command at a time."""
+    """A child process running core_children.arena_peer, asked one command at a time."""
 
     def __init__(self, method="fork"):
         ctx = multiprocessing.get_context(method)
         self.conn, there = ctx.Pipe()
-        self.process = ctx.Process(target=children.arena_peer, args=(there, 1 << 16))
+        self.process = ctx.Process(target=core_children.arena_peer, args=(there, 1 << 16))
         self.process.start()
 
     def ask(self, *cmd):
@@ -367,7 +367,7 @@ def test_threads_share_an_arena():
 
 def test_closing_while_another_thread_allocates():
     """close() waits for no alloc in flight, and the alloc must not use the arena it freed."""
-    child = multiprocessing.get_context("fork").Process(target=children.arena_close_race, args=(20,))
+    child = multiprocessing.get_context("fork").Process(target=core_children.arena_close_race, args=(20,))
     child.start()
     child.join(60)
     if child.exitcode is None:
@@ -445,7 +445,7 @@ def test_pickled_block_crosses_every_start_method(start_method):
     block = arena.alloc(300000)
     arena_fill(block, 5)
     conn, there = ctx.Pipe()
-    child = ctx.Process(target=children.arena_check_sent_block, args=(there, 5))
+    child = ctx.Process(target=core_children.arena_check_sent_block, args=(there, 5))
     child.start()
     conn.send(block)
     assert conn.poll(60)
@@ -513,7 +513,7 @@ def test_a_block_inherited_through_fork_exports_no_buffer():
     """A Process argument under fork is the parent's object, not a pickled copy: it holds no reference."""
     arena = _arena.Arena(segment_size=1 << 16)
     block = arena.alloc(1000)
-    message = report_of_forked_child(children.arena_view_in_fork, block)
+    message = report_of_forked_child(core_children.arena_view_in_fork, block)
     assert message and "inherited through fork" in message and "open_block" in message
     assert block.refs == 1
     del block
@@ -522,6 +522,6 @@ def test_a_block_inherited_through_fork_exports_no_buffer():
 
 def test_a_forked_child_cannot_allocate_from_its_parents_arena():
     arena = _arena.Arena(segment_size=1 << 16)
-    message = report_of_forked_child(children.arena_alloc_in_fork, arena)
+    message = report_of_forked_child(core_children.arena_alloc_in_fork, arena)
     assert message and "forked child must create an arena of its own" in message
     assert_empty(arena)

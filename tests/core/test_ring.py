@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import children
+import core_children
 from mizu import _core
 
 RINGS = [_core.SpscRing, _core.MpmcRing]
@@ -20,10 +20,10 @@ def message(n, tag):
 
 
 def serve_far(ring):
-    """(conn, process): a forked process attached to ring, running the commands sent over conn (children.serve)."""
+    """(conn, process): a forked process attached to ring, running the commands sent over conn (core_children.serve)."""
     ctx = multiprocessing.get_context("fork")
     conn, there = ctx.Pipe()
-    far = ctx.Process(target=children.serve, args=(there,))
+    far = ctx.Process(target=core_children.serve, args=(there,))
     far.start()
     conn.send(("attach", pickle.loads(pickle.dumps(ring))))
     conn.recv()

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-import children
+import core_children
 from helpers import require
 from mizu import _core
 
@@ -19,7 +19,8 @@ def test_children_attach_under_every_start_method(start_method, waiter):
     method = start_method
     seg = _core.Segment(1 << 16, waiter=waiter)
     ring = _core.SpscRing(seg, 8, 64)
-    child = multiprocessing.get_context(method).Process(target=children.push, args=(ring, b"from " + method.encode()))
+    child = multiprocessing.get_context(method).Process(target=core_children.push,
+                                                        args=(ring, b"from " + method.encode()))
     child.start()
     assert ring.pop(timeout=60, peer=_core.PeerWatch(child.pid)) == b"from " + method.encode()
     child.join(30)
@@ -132,7 +133,7 @@ def test_killed_holder_leaves_nothing_behind():
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     seg = _core.Segment(1 << 20)
-    child = ctx.Process(target=children.hold, args=(seg, ready))
+    child = ctx.Process(target=core_children.hold, args=(seg, ready))
     child.start()
     assert ready.wait(60)
     child_fds = os.listdir(f"/proc/{child.pid}/fd")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import children
+import core_children
 from helpers import BENCHMARKS
 from mizu import _core, _harness
 
@@ -26,8 +26,8 @@ def test_python_processes_share_one_mpmc_ring(waiter):
     ring = _core.MpmcRing(seg, 64, 200)
     results = FORK.Queue()
     producers, per_producer = 3, 20_000
-    workers = [FORK.Process(target=children.produce, args=(ring, p, per_producer, 200)) for p in range(producers)]
-    consumers = [FORK.Process(target=children.consume, args=(ring, results)) for _ in range(3)]
+    workers = [FORK.Process(target=core_children.produce, args=(ring, p, per_producer, 200)) for p in range(producers)]
+    consumers = [FORK.Process(target=core_children.consume, args=(ring, results)) for _ in range(3)]
     for proc in workers + consumers:
         proc.start()
     for proc in workers:
@@ -50,11 +50,11 @@ def test_spsc_stream_across_processes_keeps_order():
     seg = _core.Segment(1 << 20)
     ring = _core.SpscRing(seg, 128, 300)
     count = 100_000
-    producer = FORK.Process(target=children.produce, args=(ring, 7, count, 300))
+    producer = FORK.Process(target=core_children.produce, args=(ring, 7, count, 300))
     producer.start()
     watch = _core.PeerWatch(producer.pid)
     for seq in range(count):
-        assert ring.pop(timeout=120, peer=watch) == children.numbered(7, seq, 300)
+        assert ring.pop(timeout=120, peer=watch) == core_children.numbered(7, seq, 300)
     producer.join(60)
     assert ring.try_pop() is None
 

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import children
+import core_children
 import mizu
 from mizu import _core
 
@@ -28,7 +29,7 @@ def test_ping_pong_through_the_sleep_path_loses_no_wakeup(waiter):
     there, back = _core.SpscRing(seg, 2, 16), _core.SpscRing(seg, 2, 16)
     report = _core.SpscRing(seg, 2, 1024)
     rounds = 3000
-    peer = start(children.echo, there, back, rounds, SLEEP_ONLY["spin_ns"], SLEEP_ONLY["slice_ns"], report)
+    peer = start(core_children.echo, there, back, rounds, SLEEP_ONLY["spin_ns"], SLEEP_ONLY["slice_ns"], report)
     watch = _core.PeerWatch(peer.pid)
     for ring in (there, back):
         ring.spin_ns, ring.slice_ns = SLEEP_ONLY["spin_ns"], SLEEP_ONLY["slice_ns"]
@@ -46,11 +47,11 @@ def test_many_sleeping_consumers_are_each_woken(waiter):
     seg = _core.Segment(1 << 20, waiter=waiter)
     ring = _core.MpmcRing(seg, 4, 64)
     results = FORK.Queue()
-    consumers = [start(children.consume, ring, results, *SLEEP_ONLY.values()) for _ in range(3)]
+    consumers = [start(core_children.consume, ring, results, *SLEEP_ONLY.values()) for _ in range(3)]
     ring.spin_ns, ring.slice_ns = SLEEP_ONLY["spin_ns"], SLEEP_ONLY["slice_ns"]
     count = 2000
     for seq in range(count):
-        ring.push(children.numbered(0, seq, 64), timeout=120)
+        ring.push(core_children.numbered(0, seq, 64), timeout=120)
     ring.close()
     reports = [results.get(timeout=120) for _ in consumers]
     for proc in consumers:
@@ -74,7 +75,7 @@ def test_blocked_call_returns_when_its_peer_is_killed(waiter, side):
     if side == "push":
         ring.push(b"1")
         ring.push(b"2")
-    peer = start(children.sleep_forever)
+    peer = start(core_children.sleep_forever)
     watch = _core.PeerWatch(peer.pid)
     kill_soon(peer.pid).join()
     with pytest.raises(mizu.PeerDiedError) as info:
@@ -89,7 +90,7 @@ def test_blocked_call_returns_when_its_peer_is_killed(waiter, side):
 
 def test_peer_death_while_blocked_ends_the_wait():
     ring = _core.SpscRing(_core.Segment(1 << 16), 2, 16)
-    peer = start(children.sleep_forever)
+    peer = start(core_children.sleep_forever)
     kill_soon(peer.pid, 0.5)
     with pytest.raises(mizu.PeerDiedError):
         ring.pop(timeout=60, peer=_core.PeerWatch(peer.pid))
@@ -99,7 +100,7 @@ def test_peer_death_while_blocked_ends_the_wait():
 def test_messages_sent_before_death_are_still_delivered():
     seg = _core.Segment(1 << 16)
     ring = _core.SpscRing(seg, 4, 16)
-    peer = start(children.push, ring, b"last words")
+    peer = start(core_children.push, ring, b"last words")
     peer.join(30)
     assert ring.pop(timeout=5, peer=_core.PeerWatch(os.getpid())) == b"last words"
 
@@ -134,7 +135,7 @@ def test_idle_waiter_uses_almost_no_cpu(waiter):
     seg = _core.Segment(1 << 16, waiter=waiter)
     idle, report = _core.SpscRing(seg, 2, 16), _core.SpscRing(seg, 2, 64)
     seconds = 2.0
-    peer = start(children.idle_pop, idle, seconds, report)
+    peer = start(core_children.idle_pop, idle, seconds, report)
     cpu = float(report.pop(timeout=60, peer=_core.PeerWatch(peer.pid)))
     peer.join(10)
     assert cpu < 0.05 * seconds
@@ -157,7 +158,7 @@ def test_ctrl_c_interrupts_a_blocked_pop():
 
 
 def test_peer_watch():
-    peer = start(children.sleep_forever)
+    peer = start(core_children.sleep_forever)
     watch = _core.PeerWatch(peer.pid)
     assert watch.pid == peer.pid and watch.alive()
     assert not watch.wait(0.05)

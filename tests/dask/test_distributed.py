@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import children
+import dask_children
 from helpers import TESTS, child_environ, exit_all, process_state, require
 
 try:
@@ -86,14 +87,14 @@ def test_tasks_run_in_mizu_processes_and_return_what_dasks_own_executor_returns(
     assert workload(cluster) == expected
     pools = task_processes(cluster)
     assert all(len(pids) == 2 for _, pids in pools.values()), "each worker's pool has one process per thread"
-    ran = cluster.gather(cluster.map(children.pid_and_parent, range(40), pure=False))
+    ran = cluster.gather(cluster.map(dask_children.pid_and_parent, range(40), pure=False))
     pool_pids = {pid for _, pids in pools.values() for pid in pids}
     assert {pid for pid, _ in ran} <= pool_pids
     assert {parent for _, parent in ran} <= {pid for pid, _ in workers.values()}
     cluster.unregister_worker_plugin("mizu")
     assert workload(cluster) == expected
     exit_all(pool_pids, 30)
-    ran = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+    ran = cluster.gather(cluster.map(dask_children.pid_and_parent, range(20), pure=False))
     assert {pid for pid, _ in ran} <= {pid for pid, _ in workers.values()}, "the workers run tasks in threads again"
 
 
@@ -124,7 +125,7 @@ def test_pools_of_each_start_method_run_what_the_client_sends(cluster, start_met
     offset = 5
     assert cluster.gather(cluster.map(lambda v: v + offset, range(10))) == list(range(5, 15))
     assert cluster.submit(np.sum, cluster.submit(np.full, 1 << 20, 2.0)).result() == 2.0 * (1 << 20)
-    ran = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+    ran = cluster.gather(cluster.map(dask_children.pid_and_parent, range(20), pure=False))
     # Under forkserver, a pool's processes are the fork server's children, not the worker's.
     assert {pid for pid, _ in ran} <= {pid for _, pool in task_processes(cluster).values() for pid in pool}
 
@@ -136,9 +137,9 @@ def test_a_named_executor_takes_the_tasks_annotated_with_it_and_by_value_false_p
     and its processes away."""
     workers = {pid for pid, _ in task_processes(cluster).values()}
     cluster.register_plugin(mizu.dask.WorkerPool(executor="pool", by_value=False, start_method="fork"))
-    plain = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+    plain = cluster.gather(cluster.map(dask_children.pid_and_parent, range(20), pure=False))
     with dask.annotate(executor="pool"):
-        pooled = cluster.gather(cluster.map(children.pid_and_parent, range(20), pure=False))
+        pooled = cluster.gather(cluster.map(dask_children.pid_and_parent, range(20), pure=False))
     pools = {pid for _, pids in task_processes(cluster).values() for pid in pids}
     assert {pid for pid, _ in plain} <= workers
     assert {pid for pid, _ in pooled} <= pools and {parent for _, parent in pooled} <= workers
@@ -188,7 +189,7 @@ def test_a_worker_killed_mid_task_is_replaced_and_its_task_rerun(cluster, tmp_pa
     # The killed worker's pool ends with it; the nanny's new worker has a pool of its own.
     exit_all(killed_pool, 30)
     cluster.wait_for_workers(2, timeout=60)
-    ran = cluster.gather(cluster.map(children.pid_and_parent, range(40), pure=False))
+    ran = cluster.gather(cluster.map(dask_children.pid_and_parent, range(40), pure=False))
     assert worker_pid not in {parent for _, parent in ran}
     assert {parent for _, parent in ran} <= {pid for pid, _ in task_processes(cluster).values()}
 
@@ -256,7 +257,7 @@ def preloaded(tmp_path_factory):
 def test_a_preloaded_worker_runs_its_tasks_in_its_mizu_pool(preloaded):
     address, worker_pid = preloaded
     with Client(address) as client:
-        ran = client.gather(client.map(children.pid_and_parent, range(20), pure=False))
+        ran = client.gather(client.map(dask_children.pid_and_parent, range(20), pure=False))
         pools = task_processes(client)
         assert [pid for pid, _ in pools.values()] == [worker_pid]
         assert {pid for pid, _ in ran} <= {pid for _, pool in pools.values() for pid in pool}

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 import children
+import executor_children
 import mizu
 from helpers import child_environ
 
@@ -61,9 +62,9 @@ def test_without_it_they_fail_with_the_stdlibs_error(start_method, kind):
 def test_functions_inside_the_arguments_travel_by_value_too(start_method):
     """As in a Dask graph: the task's callable is a module's function, the user's lambdas are in its arguments."""
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
-        assert ex.submit(children.apply, lambda x: [x, x], 3).result(timeout=60) == [3, 3]
-        assert ex.submit(children.apply, children.apply, adder(2), 3).result(timeout=60) == 5
-        assert list(ex.map(children.apply, [lambda x: x, adder(1), children.double], [5, 5, 5])) == [5, 6, 10]
+        assert ex.submit(executor_children.apply, lambda x: [x, x], 3).result(timeout=60) == [3, 3]
+        assert ex.submit(executor_children.apply, executor_children.apply, adder(2), 3).result(timeout=60) == 5
+        assert list(ex.map(executor_children.apply, [lambda x: x, adder(1), children.double], [5, 5, 5])) == [5, 6, 10]
 
 
 def test_each_closure_keeps_its_own_captured_values():
@@ -127,7 +128,7 @@ def test_without_cloudpickle_the_switch_says_what_to_install(monkeypatch):
 
 CLASS_PROGRAM = """
 import multiprocessing
-import children, mizu
+import children, executor_children, mizu
 
 class Point:
     def __init__(self, x):
@@ -138,7 +139,7 @@ class Point:
 
 with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
     back = ex.submit(children.echo_value, Point(2)).result(timeout=60)
-    print(ex.submit(children.apply, Point.norm, Point(-4)).result(timeout=60), back.x, type(back) is Point)
+    print(ex.submit(executor_children.apply, Point.norm, Point(-4)).result(timeout=60), back.x, type(back) is Point)
 """
 
 

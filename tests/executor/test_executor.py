@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 import pytest
 
 import children
+import executor_children
 import mizu
 from helpers import TESTS, child_environ, mapped_segments
 
@@ -48,7 +49,7 @@ def test_submit_returns_a_future_with_the_result(pool):
 
 
 def test_exception_carries_the_remote_traceback(pool):
-    future = pool.submit(children.raise_runtime, 123)
+    future = pool.submit(executor_children.raise_runtime, 123)
     with pytest.raises(RuntimeError) as info:
         future.result(timeout=60)
     assert info.value.args == (123,)
@@ -61,7 +62,7 @@ def test_exception_carries_the_remote_traceback(pool):
 
 def test_system_exit_in_a_task_goes_to_its_future(pool):
     with pytest.raises(SystemExit):
-        pool.submit(children.exit_with, 5).result(timeout=60)
+        pool.submit(executor_children.exit_with, 5).result(timeout=60)
     assert pool.submit(children.double, 4).result(timeout=60) == 8
 
 
@@ -86,7 +87,7 @@ def test_map_passes_each_item_of_one_iterable_as_one_argument(pool):
 def test_a_map_stopped_early_cancels_the_calls_not_yet_started(executor_type, how, tmp_path):
     log = tmp_path / "ran"
     with executor_type(1) as ex:
-        results = ex.map(children.record, [str(log)] * 40, range(40), [0.05] * 40)
+        results = ex.map(executor_children.record, [str(log)] * 40, range(40), [0.05] * 40)
         assert next(results) == 0
         if how == "close":
             results.close()
@@ -102,7 +103,7 @@ def test_map_keeps_no_reference_to_what_it_yielded(pool, chunksize):
     import gc
     import weakref
 
-    for obj in pool.map(children.Dummy, range(10), chunksize=chunksize):
+    for obj in pool.map(executor_children.Dummy, range(10), chunksize=chunksize):
         ref = weakref.ref(obj)
         del obj
         gc.collect()
@@ -116,7 +117,7 @@ def test_a_future_that_only_a_reference_cycle_holds_is_collected(pool, how):
     import weakref
 
     if how == "exception":
-        future = pool.submit(children.raise_runtime, 1)
+        future = pool.submit(executor_children.raise_runtime, 1)
     elif how.endswith("result"):
         future = pool.submit(children.echo_value, [1] if how == "list result" else {"a": 1})
     else:
@@ -149,7 +150,7 @@ def test_a_done_future_can_be_copied(pool):
 
 
 def test_map_raises_at_the_failing_element(pool):
-    results = pool.map(children.raise_runtime, [1])
+    results = pool.map(executor_children.raise_runtime, [1])
     with pytest.raises(RuntimeError):
         next(results)
 
@@ -185,7 +186,7 @@ def test_values_round_trip_at_every_size_near_a_ring_slot(pool):
 
 
 def test_unpicklable_argument_fails_its_future_only(pool):
-    future = pool.submit(children.echo_value, children.NotPicklable())
+    future = pool.submit(children.echo_value, executor_children.NotPicklable())
     with pytest.raises(TypeError, match="refuses to be pickled"):
         future.result(timeout=60)
     assert pool.submit(children.double, 21).result(timeout=60) == 42
@@ -193,7 +194,7 @@ def test_unpicklable_argument_fails_its_future_only(pool):
 
 def test_unpicklable_result_fails_its_future_only(pool):
     with pytest.raises(Exception) as info:
-        pool.submit(children.unpicklable_result).result(timeout=60)
+        pool.submit(executor_children.unpicklable_result).result(timeout=60)
     assert "pickle" in str(info.value).lower() or "Can't" in str(info.value)
     assert pool.submit(children.double, 21).result(timeout=60) == 42
 
@@ -273,7 +274,7 @@ def test_shutdown_can_cancel_what_has_not_started(executor_type):
 def test_shutdown_ends_workers_whose_tasks_left_a_pool_running(start_method):
     """The stdlib's pool hangs here: a worker's multiprocessing joins the processes of the pool its task left."""
     ex = mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))
-    assert list(ex.map(children.sum_in_a_pool_left_running, [3, 4])) == [3, 6]
+    assert list(ex.map(executor_children.sum_in_a_pool_left_running, [3, 4])) == [3, 6]
     thread, processes = ex._executor_manager_thread, list(ex._processes.values())
     ex.shutdown(wait=False)
     assert _ends(thread, processes)
@@ -302,7 +303,7 @@ def test_initializer_runs_in_every_worker(executor_type, start_method):
 
 
 def test_failing_initializer_breaks_the_pool(executor_type):
-    ex = executor_type(2, initializer=children.fail_to_initialize)
+    ex = executor_type(2, initializer=executor_children.fail_to_initialize)
     with pytest.raises(BrokenProcessPool):
         ex.submit(children.double, 1).result(timeout=60)
     with pytest.raises(BrokenProcessPool):
@@ -314,7 +315,7 @@ def test_worker_death_breaks_the_pool(executor_type, start_method, tmp_path):
     """The worker dies once every task is submitted; the tasks running and pending then wait for a gate that
     never opens, so none can end but by the break."""
     ex = executor_type(2, mp_context=multiprocessing.get_context(start_method))
-    fatal = ex.submit(children.die_once_file, str(tmp_path / "die"), 3)
+    fatal = ex.submit(executor_children.die_once_file, str(tmp_path / "die"), 3)
     slow = [ex.submit(children.wait_for_file, str(tmp_path / "never"), 60) for _ in range(3)]
     (tmp_path / "die").touch()
     with pytest.raises(BrokenProcessPool):
@@ -346,7 +347,7 @@ def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why,
 
     started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
     ex = mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
-    futures = [ex.submit(children.announce_then_wait, started, gate)] + [ex.submit(children.double, i)
+    futures = [ex.submit(executor_children.announce_then_wait, started, gate)] + [ex.submit(children.double, i)
                                                                         for i in range(2)]
     deadline = time.monotonic() + 60
     while not os.path.exists(started):
@@ -390,7 +391,7 @@ def test_a_retired_last_worker_that_cannot_be_replaced_fails_the_tasks_left(why,
 def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(executor_type, how, tmp_path):
     gate = str(tmp_path / "gate")
     ex = executor_type(2)
-    running = [ex.submit(children.announce_then_wait, str(tmp_path / f"started{i}"), gate) for i in range(2)]
+    running = [ex.submit(executor_children.announce_then_wait, str(tmp_path / f"started{i}"), gate) for i in range(2)]
     waiting = [ex.submit(children.double, i) for i in range(4)]
     deadline = time.monotonic() + 60
     while not all(os.path.exists(tmp_path / f"started{i}") for i in range(2)):
@@ -462,7 +463,7 @@ def test_a_callback_may_submit_when_its_task_fails_to_pickle(executor_type):
     with executor_type(1) as ex:
         busy = [ex.submit(children.nap, 0.2) for _ in range(4)]
         followers = []
-        doomed = ex.submit(children.echo_value, children.NotPicklable())
+        doomed = ex.submit(children.echo_value, executor_children.NotPicklable())
         doomed.add_done_callback(lambda f: followers.append(ex.submit(children.double, 21)))
         with pytest.raises(TypeError):
             doomed.result(timeout=60)
@@ -485,7 +486,7 @@ def test_shutdown_from_a_callback_does_not_hang(executor_type, caplog):
 def test_a_task_arguments_are_released_when_it_ends(executor_type):
     with multiprocessing.Manager() as manager, executor_type(1) as ex:
         event = manager.Event()
-        kept = children.SetsEventWhenCollected(event)  # alive here: only the worker's copy can set it
+        kept = executor_children.SetsEventWhenCollected(event)  # alive here: only the worker's copy can set it
         assert ex.submit(id, kept).result(timeout=60)
         assert event.wait(timeout=30)
         del kept
@@ -547,7 +548,7 @@ def test_a_put_off_start_is_not_lost_to_tasks_queued_behind_busy_workers(monkeyp
 def test_tasks_go_to_the_workers_that_have_started(executor_type, start_method, tmp_path):
     """A worker still in its initializer holds up no task: the one that started runs them all."""
     with executor_type(2, mp_context=multiprocessing.get_context(start_method),
-                       initializer=children.first_starts_others_wait, initargs=(str(tmp_path),)) as ex:
+                       initializer=executor_children.first_starts_others_wait, initargs=(str(tmp_path),)) as ex:
         futures = [ex.submit(children.pid) for _ in range(6)]
         try:
             pids = [f.result(timeout=60) for f in futures]
@@ -647,14 +648,14 @@ def test_numpy_loads_only_where_an_array_is_used(start_method, tmp_path):
     """`import mizu` does not import numpy, nor does a worker whose tasks use no array; one that gets an array does."""
     code = f"""
 import multiprocessing, sys
-import children, mizu
+import children, executor_children, mizu
 assert "numpy" not in sys.modules, "import mizu imported numpy"
 with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context({start_method!r})) as ex:
     assert list(ex.map(children.double, range(100), chunksize=7)) == list(range(0, 200, 2))
-    print(ex.submit(children.loaded, "numpy").result(timeout=60), "numpy" in sys.modules)
+    print(ex.submit(executor_children.loaded, "numpy").result(timeout=60), "numpy" in sys.modules)
     import numpy
     ex.submit(children.echo_value, numpy.arange(3)).result(timeout=60)
-    print(ex.submit(children.loaded, "numpy").result(timeout=60))
+    print(ex.submit(executor_children.loaded, "numpy").result(timeout=60))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
                          cwd=tmp_path)
@@ -666,14 +667,14 @@ def test_a_spawned_worker_imports_the_stdlib_pool_for_its_first_error(tmp_path):
     """A spawned worker of a program that names no pool at import leaves concurrent.futures.process out until a task raises."""
     code = """
 import multiprocessing
-import children, mizu
+import executor_children, mizu
 with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-    print(ex.submit(children.loaded, "concurrent.futures.process").result(timeout=60))
+    print(ex.submit(executor_children.loaded, "concurrent.futures.process").result(timeout=60))
     try:
-        ex.submit(children.raise_runtime, "on purpose").result(timeout=60)
+        ex.submit(executor_children.raise_runtime, "on purpose").result(timeout=60)
     except RuntimeError as exc:
         print(type(exc.__cause__).__name__, "raise_runtime" in str(exc.__cause__))
-    print(ex.submit(children.loaded, "concurrent.futures.process").result(timeout=60))
+    print(ex.submit(executor_children.loaded, "concurrent.futures.process").result(timeout=60))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
                          cwd=tmp_path)
@@ -686,10 +687,10 @@ def test_forkserver_workers_are_forked_with_mizu_loaded(tmp_path):
     """The forkserver that mizu's workers are forked from imported mizu's worker code before the first of them."""
     code = """
 import multiprocessing
-import children, mizu
+import executor_children, mizu
 with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as ex:
-    print(ex.submit(children.parent_maps, "mizu/_worker.").result(timeout=60),
-          ex.submit(children.parent_maps, "mizu/_r/codec.").result(timeout=60))
+    print(ex.submit(executor_children.parent_maps, "mizu/_worker.").result(timeout=60),
+          ex.submit(executor_children.parent_maps, "mizu/_r/codec.").result(timeout=60))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_environ(),
                          cwd=tmp_path)
@@ -706,10 +707,11 @@ def test_a_forkserver_pool_works_beside_a_folder_that_shadows_mizu(tmp_path):
     (tmp_path / "program").mkdir()
     (tmp_path / "program" / "main.py").write_text("""
 import multiprocessing
-import children, mizu
+import children, executor_children, mizu
 if __name__ == "__main__":
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver")) as ex:
-        print(list(ex.map(children.double, range(4))), ex.submit(children.parent_maps, "mizu/_worker.").result(timeout=60))
+        print(list(ex.map(children.double, range(4))),
+              ex.submit(executor_children.parent_maps, "mizu/_worker.").result(timeout=60))
 """)
     out = subprocess.run([sys.executable, str(tmp_path / "program" / "main.py")], capture_output=True, text=True,
                          timeout=120, env=child_environ(), cwd=tmp_path)
@@ -878,7 +880,7 @@ def test_a_result_that_breaks_the_pool_while_it_forks_stops_the_forks(monkeypatc
 
     _hook_launches(monkeypatch, before)
     ex = mizu.ProcessPoolExecutor(16, mp_context=multiprocessing.get_context("fork"))
-    future = ex.submit(children.instance, children.MarksWhenPickled, str(sent))
+    future = ex.submit(executor_children.instance, executor_children.MarksWhenPickled, str(sent))
     with pytest.raises(BrokenProcessPool):
         future.result(timeout=60)
     assert sent.exists() and len(launched) < 16
@@ -911,17 +913,17 @@ def test_pickling_a_task_may_submit_another(executor_type, start_method):
 
 def test_shutdown_waits_for_a_task_being_pickled(executor_type, monkeypatch):
     pickling = threading.Event()
-    monkeypatch.setattr(children.SlowToPickle, "pickling", pickling)
+    monkeypatch.setattr(executor_children.SlowToPickle, "pickling", pickling)
     with executor_type(1) as ex:
         ex.submit(children.double, 1).result()
         submitted = []
         thread = threading.Thread(target=lambda: submitted.append(ex.submit(children.echo_value,
-                                                                            children.SlowToPickle())))
+                                                                            executor_children.SlowToPickle())))
         thread.start()
         assert pickling.wait(60)
         ex.shutdown(wait=True)
         thread.join()
-    assert isinstance(submitted[0].result(timeout=10), children.SlowToPickle)
+    assert isinstance(submitted[0].result(timeout=10), executor_children.SlowToPickle)
 
 
 class _InterruptsPickling:

@@ -1,9 +1,9 @@
 """Faults on the client's side: the client killed, interrupted, forking, short of memory, crowded or exiting.
 
 A client that must die, be interrupted or exit runs as a subprocess (``python
--c``, its code in children.py) in a session of its own, so that every process
-it starts is found by its process group, and whatever is left of the group at
-the end of a test is killed. Every wait is bounded: a hang fails the test.
+-c``, its code in executor_children.py) in a session of its own, so that every
+process it starts is found by its process group, and whatever is left of the
+group at the end of a test is killed. Every wait is bounded: a hang fails the test.
 Where the stdlib behaves, the same case runs against it as the oracle.
 """
 
@@ -17,6 +17,7 @@ import time
 import pytest
 
 import children
+import executor_children
 import mizu
 from helpers import (exit_all, memfd_holders, memfds_of, process_group, require, shm_entries, wait_group_ends,
                      wait_until_blocked)
@@ -39,7 +40,7 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     before = shm_entries()
     marks = tmp_path / "running"
     marks.mkdir()
-    c = client(f"client_with_busy_pool({start_method!r}, {str(marks)!r})")
+    c = client(executor_children.client_with_busy_pool, start_method, str(marks))
     workers = json.loads(c.line(60))["workers"]
     group = process_group(c.pid)
     assert len(workers) == 2 and set(workers) <= set(group)
@@ -65,7 +66,7 @@ def _interrupt(client, tmp_path, kind, where, group):
     does, and ends with nothing on stderr and no process left.
     """
     gate = tmp_path / "gate"
-    c = client(f"client_interrupted({kind!r}, {where!r}, {str(gate)!r})")
+    c = client(executor_children.client_interrupted, kind, where, str(gate))
     assert c.line(WAIT) == "waiting"
     # Both workers run a task (a signal to the group reaches them there, not
     # while they start), and the client waits.
@@ -101,7 +102,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_running_tasks(client):
     mizu only: the stdlib's client waits for every task, whatever it is sent.
     """
     before = shm_entries()
-    c = client(f"client_mapping_sleeps(4, 8, {10 * WAIT})")
+    c = client(executor_children.client_mapping_sleeps, 4, 8, 10 * WAIT)
     workers = json.loads(c.line(WAIT))["workers"]
     assert c.line(WAIT) == "mapping"
     wait_until_blocked(c.pid, WAIT)     # in the map's wait
@@ -141,7 +142,7 @@ def test_no_sequence_of_signals_crashes_the_client(client, seed):
     /dev/shm.
     """
     before = shm_entries()
-    c = client("client_mapping_sleeps(4, 8, 3)")
+    c = client(executor_children.client_mapping_sleeps, 4, 8, 3)
     workers = json.loads(c.line(60))["workers"]
     assert c.line(60) == "mapping"
     sent = []
@@ -195,7 +196,7 @@ def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type
     to use the parent's pool: its futures never complete there.)
     """
     kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
-    c = client(f"client_forks({kind!r}, {how!r}, {str(tmp_path / 'gate')!r})")
+    c = client(executor_children.client_forks, kind, how, str(tmp_path / "gate"))
     seen = json.loads(c.line(60))
     assert c.wait(60) == (0, "")
     wait_group_ends(c.pid, 30)
@@ -230,7 +231,7 @@ def test_segments_are_reserved_in_full_before_use():
 def test_arena_limit_gives_clear_memory_errors(client):
     """Past MIZU_ARENA_LIMIT, an array, a task's argument and a task's result each fail with a MemoryError that
     says what to do, and the pool goes on."""
-    c = client("client_short_of_arena()", env={"MIZU_ARENA_LIMIT": "16M"})
+    c = client(executor_children.client_short_of_arena, env={"MIZU_ARENA_LIMIT": "16M"})
     seen = json.loads(c.line(60))
     assert c.wait(60) == (0, "")
     for what in ("array", "argument", "result"):
@@ -286,7 +287,7 @@ def test_memory_cgroup_limit_gives_a_clear_error_not_a_kill(client, memory_cgrou
     Without the check the kernel would reserve the pages, reach the limit and
     kill a process of the cgroup (the client, or a worker), with no word.
     """
-    c = client(f"client_in_memory_cgroup({memory_cgroup!r})")
+    c = client(executor_children.client_in_memory_cgroup, memory_cgroup)
     seen = json.loads(c.line(60))
     assert c.wait(60) == (0, "")
     for what in ("array", "result"):
@@ -313,7 +314,7 @@ def test_a_pool_short_of_processes_says_so(client, fresh_uid, limit, outcome):
     """A fork pool of 16 workers whose user may have `limit` processes and threads: with some workers up it goes
     on with them and warns once; with none, the first submit raises an OSError that says what to do, later ones
     BrokenProcessPool. Either way nothing hangs and no worker is left."""
-    c = client(f"client_short_of_processes({limit}, 16, {fresh_uid})")
+    c = client(executor_children.client_short_of_processes, limit, 16, fresh_uid)
     seen = json.loads(c.line(180))
     assert c.wait(60)[0] == 0
     assert seen["alive"] == []
@@ -382,7 +383,7 @@ def test_exit_with_work_pending_finishes_it(client, tmp_path, executor_type, how
     submitted runs once before the interpreter exits, promptly, with nothing on stderr and no process left."""
     kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
     done = tmp_path / "done"
-    c = client(f"client_exits_with_work_pending({kind!r}, {how!r}, {str(done)!r})")
+    c = client(executor_children.client_exits_with_work_pending, kind, how, str(done))
     assert c.line(60) == "leaving"
     assert c.wait(60) == (0, "")
     wait_group_ends(c.pid, 30)

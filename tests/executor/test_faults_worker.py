@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 import pytest
 
 import children
+import executor_children
 import mizu
 from helpers import returns_within, wait_until_blocked
 
@@ -200,7 +201,7 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
     first = ex.submit(children.nap, 0.2)
     first.add_done_callback(lambda f: (entered.set(), release.wait(WAIT)))
     marker = str(tmp_path / "writing")
-    big = ex.submit(children.announce_then_bytes, marker, BIG)
+    big = ex.submit(executor_children.announce_then_bytes, marker, BIG)
     try:
         assert entered.wait(WAIT)
         queued = [ex.submit(children.double, i) for i in range(3)]
@@ -212,17 +213,17 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
     assert first.result(timeout=WAIT) == 0.2
     errors, refusal = _broken_errors(ex, [big, *queued])
     _assert_names(errors, refusal, f"Process {victim} (mizu-worker-0) terminated abruptly with exit code -9 (SIGKILL) while "
-                  "running children.announce_then_bytes('")
+                  "running executor_children.announce_then_bytes('")
 
 
 def test_segfault_while_a_large_array_result_is_copied_out(make, executor_type, context):
     """The worker copies a 64 MB array result (to the arena, or into the pickle) and crashes halfway."""
     ex = make(executor_type, 2, mp_context=context)
-    doomed = ex.submit(children.half_readable_array, 64 << 20)
+    doomed = ex.submit(executor_children.half_readable_array, 64 << 20)
     errors, refusal = _broken_errors(ex, [doomed])
     if _is_mizu(ex):
         _assert_names(errors, refusal, "terminated abruptly with exit code -11 (SIGSEGV) while running "
-                      "children.half_readable_array(67108864).")
+                      "executor_children.half_readable_array(67108864).")
 
 
 @pytest.mark.stdlib_oracle_from((3, 11, 5))   # before, its feeder thread stays stuck writing (gh-94777)
@@ -247,7 +248,7 @@ def test_sigkill_while_a_large_argument_is_written(make, executor_type, context,
 def test_a_worker_dies_while_results_stream_in(make, executor_type, context, tmp_path):
     """One worker dies while the other sends a result every few milliseconds, and the client waits on the first."""
     ex = make(executor_type, 2, mp_context=context)
-    dying = ex.submit(children.announce_then_die, str(tmp_path / "dying"), 0.2)
+    dying = ex.submit(executor_children.announce_then_die, str(tmp_path / "dying"), 0.2)
     stream = _submit_until_broken(ex, 500, children.nap, 0.002)
     with pytest.raises(BrokenProcessPool):
         dying.result(timeout=WAIT)
@@ -267,7 +268,7 @@ def test_a_stuck_worker_that_ignores_sigterm_does_not_hold_a_broken_pool(make, c
     # Both workers run first, so that each task below has one to itself.
     assert [f.result(timeout=WAIT) for f in [ex.submit(children.nap, 0.2) for _ in range(2)]] == [0.2, 0.2]
     assert len(ex._processes) == 2
-    stubborn = ex.submit(children.ignore_sigterm_then_nap, str(tmp_path / "stubborn"), 3 * WAIT)
+    stubborn = ex.submit(executor_children.ignore_sigterm_then_nap, str(tmp_path / "stubborn"), 3 * WAIT)
     doomed = ex.submit(children.announce_then_nap, str(tmp_path / "doomed"), WAIT)
     stubborn_pid = _announced_pid(str(tmp_path / "stubborn"))
     os.kill(_announced_pid(str(tmp_path / "doomed")), signal.SIGKILL)
@@ -280,8 +281,8 @@ def test_a_stuck_worker_that_ignores_sigterm_does_not_hold_a_broken_pool(make, c
 
 
 @pytest.mark.parametrize("fn, arg, how", [
-    (children.segfault, "null pointer", "terminated abruptly with exit code -11 (SIGSEGV)"),
-    (children.segfault, "SIGSEGV", "terminated abruptly with exit code -11 (SIGSEGV)"),
+    (executor_children.segfault, "null pointer", "terminated abruptly with exit code -11 (SIGSEGV)"),
+    (executor_children.segfault, "SIGSEGV", "terminated abruptly with exit code -11 (SIGSEGV)"),
     (children.die, 3, "terminated abruptly with exit code 3"),
 ])
 def test_a_task_that_kills_its_worker_breaks_the_pool(make, executor_type, context, fn, arg, how):
@@ -293,12 +294,12 @@ def test_a_task_that_kills_its_worker_breaks_the_pool(make, executor_type, conte
         # Those another worker finished before the pool broke keep their result.
         assert isinstance(future.exception(timeout=WAIT), (BrokenProcessPool, type(None)))
     if _is_mizu(ex):
-        _assert_names(errors, refusal, f"{how} while running children.{fn.__name__}({arg!r}).")
+        _assert_names(errors, refusal, f"{how} while running {fn.__module__}.{fn.__name__}({arg!r}).")
 
 
 @pytest.mark.parametrize("fn, args, error", [
-    (children.exit_with, (5,), SystemExit),
-    (children.raise_keyboard_interrupt, (), KeyboardInterrupt),
+    (executor_children.exit_with, (5,), SystemExit),
+    (executor_children.raise_keyboard_interrupt, (), KeyboardInterrupt),
 ])
 def test_system_exit_and_keyboard_interrupt_go_to_the_future(make, executor_type, context, fn, args, error):
     with make(executor_type, 2, mp_context=context) as ex:
@@ -313,12 +314,13 @@ def test_a_map_whose_task_kills_its_worker_raises_broken_process_pool(make, exec
     ex = make(executor_type, 2, mp_context=context)
     yielded = []
     with pytest.raises(BrokenProcessPool) as info:
-        for value in ex.map(children.die_at, range(20), timeout=WAIT):
+        for value in ex.map(executor_children.die_at, range(20), timeout=WAIT):
             yielded.append(value)
     assert yielded == list(range(len(yielded))) and len(yielded) <= 7
     errors, refusal = _broken_errors(ex, [])
     if _is_mizu(ex):
-        _assert_names([info.value], refusal, "terminated abruptly with exit code 3 while running a map batch of ", "children.die_at(")
+        _assert_names([info.value], refusal, "terminated abruptly with exit code 3 while running a map batch of ",
+                      "executor_children.die_at(")
 
 
 # -- values that fail to pickle or unpickle ------------------------------------------------------
@@ -326,10 +328,10 @@ def test_a_map_whose_task_kills_its_worker_raises_broken_process_pool(make, exec
 
 def test_an_argument_that_fails_to_unpickle_in_the_worker_breaks_the_pool(make, executor_type, context):
     ex = make(executor_type, 2, mp_context=context)
-    doomed = ex.submit(children.echo_value, children.ErrorAtUnpickle())
+    doomed = ex.submit(children.echo_value, executor_children.ErrorAtUnpickle())
     errors, refusal = _broken_errors(ex, [doomed])
     if _is_mizu(ex):
-        _assert_names(errors, refusal, "terminated abruptly with exit code 1 while running children.echo_value(<children.ErrorAtUnpickle",
+        _assert_names(errors, refusal, "terminated abruptly with exit code 1 while running children.echo_value(<executor_children.ErrorAtUnpickle",
                       "unpickling the task raised ValueError: ErrorAtUnpickle refuses to be unpickled.",
                       traceback="ValueError: ErrorAtUnpickle refuses to be unpickled")
 
@@ -373,15 +375,15 @@ def test_a_malformed_result_breaks_the_pool(make, message, error, line):
 
 
 @pytest.mark.parametrize("cls, error, line", [
-    (children.ErrorAtUnpickle, "ValueError('ErrorAtUnpickle refuses to be unpickled')",
+    (executor_children.ErrorAtUnpickle, "ValueError('ErrorAtUnpickle refuses to be unpickled')",
      "ValueError: ErrorAtUnpickle refuses to be unpickled"),
-    (children.ExitAtUnpickle, "SystemExit(1)", "SystemExit: 1"),
+    (executor_children.ExitAtUnpickle, "SystemExit(1)", "SystemExit: 1"),
 ])
 def test_a_result_that_fails_to_unpickle_in_the_client_breaks_the_pool(make, executor_type, context, cls, error,
                                                                         line):
     """Unpickling the result raises, even SystemExit: the pool breaks, and result() raises BrokenProcessPool."""
     ex = make(executor_type, 2, mp_context=context)
-    doomed = ex.submit(children.instance, cls)
+    doomed = ex.submit(executor_children.instance, cls)
     errors, refusal = _broken_errors(ex, [doomed])
     assert line in errors[0].__cause__.tb
     if _is_mizu(ex):
@@ -390,15 +392,15 @@ def test_a_result_that_fails_to_unpickle_in_the_client_breaks_the_pool(make, exe
 
 def test_an_exception_that_cannot_be_pickled_becomes_the_pickling_error(make, executor_type, context):
     with make(executor_type, 2, mp_context=context) as ex:
-        error = ex.submit(children.raise_unpicklable).exception(timeout=WAIT)
+        error = ex.submit(executor_children.raise_unpicklable).exception(timeout=WAIT)
         assert isinstance(error, (AttributeError, TypeError, pickle.PicklingError)), error
         assert "local object" in str(error), error
         assert type(error.__cause__) is _RemoteTraceback
         assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
 
 
-@pytest.mark.parametrize("fn, name", [(children.raise_needs_two, "NeedsTwo"),
-                                      (children.raise_keyword_only, "KeywordOnly")])
+@pytest.mark.parametrize("fn, name", [(executor_children.raise_needs_two, "NeedsTwo"),
+                                      (executor_children.raise_keyword_only, "KeywordOnly")])
 def test_an_exception_that_cannot_be_rebuilt_breaks_the_pool(make, executor_type, context, fn, name):
     """The task raises an exception whose constructor pickle cannot call again.
 
@@ -419,7 +421,7 @@ def test_an_exception_that_cannot_be_rebuilt_breaks_the_pool(make, executor_type
 
 def test_an_initializer_that_raises_breaks_the_pool(make, executor_type, start_method):
     ex = make(executor_type, 2, mp_context=multiprocessing.get_context(start_method),
-                       initializer=children.fail_to_initialize)
+                       initializer=executor_children.fail_to_initialize)
     futures = _submit_until_broken(ex, 4, children.double, 1)
     errors, refusal = _broken_errors(ex, futures)
     if _is_mizu(ex):
@@ -434,7 +436,7 @@ def test_an_initializer_that_raises_breaks_the_pool(make, executor_type, start_m
 ])
 def test_an_initializer_s_whole_error_is_named_whatever_its_text(make, how, error):
     """An exception group's own line, not its members' tree; a message holding lines that look like a frame's, whole."""
-    ex = make(mizu.ProcessPoolExecutor, 1, initializer=children.fail_to_initialize, initargs=(how,))
+    ex = make(mizu.ProcessPoolExecutor, 1, initializer=executor_children.fail_to_initialize, initargs=(how,))
     errors, refusal = _broken_errors(ex, [ex.submit(children.double, 1)])
     detail = f"stopped before its first task: its initializer raised {error}"
     assert all(detail in str(e) and "Traceback (most recent call last)" in e.__cause__.tb for e in errors), errors
@@ -449,8 +451,8 @@ def test_workers_retire_under_load_and_every_task_runs_once(make, tmp_path):
     """
     log = str(tmp_path / "ran")
     with make(mizu.ProcessPoolExecutor, 2, max_tasks_per_child=3) as ex:
-        futures = [ex.submit(children.record, log, i) for i in range(150)]
-        mapped = list(ex.map(children.record, [log] * 60, range(1000, 1060), timeout=WAIT * 2))
+        futures = [ex.submit(executor_children.record, log, i) for i in range(150)]
+        mapped = list(ex.map(executor_children.record, [log] * 60, range(1000, 1060), timeout=WAIT * 2))
         results = [future.result(timeout=WAIT) for future in futures]
     assert results == list(range(150))
     assert mapped == list(range(1000, 1060))

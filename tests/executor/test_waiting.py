@@ -15,6 +15,7 @@ import tracemalloc
 import pytest
 
 import children
+import executor_children
 import mizu
 
 
@@ -55,7 +56,7 @@ def test_wait_first_completed_returns_once_one_is_done(one):
 
 
 def test_wait_first_exception_returns_at_the_first_failure(one):
-    futures = [one.submit(children.double, 1), one.submit(children.raise_runtime, "x"),
+    futures = [one.submit(children.double, 1), one.submit(executor_children.raise_runtime, "x"),
                one.submit(children.nap, 2.0)]
     done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_EXCEPTION)
     assert done == set(futures[:2]) and not_done == {futures[2]}
@@ -162,7 +163,7 @@ def test_asyncio_waits_on_wrapped_futures_and_run_in_executor(one):
         gathered = await asyncio.gather(*(loop.run_in_executor(one, children.double, i) for i in range(300)))
         wrapped = await asyncio.wait_for(asyncio.wrap_future(one.submit(children.nap, 0.05)), 60)
         with pytest.raises(RuntimeError):
-            await asyncio.wrap_future(one.submit(children.raise_runtime, "boom"))
+            await asyncio.wrap_future(one.submit(executor_children.raise_runtime, "boom"))
         return gathered, wrapped
 
     assert asyncio.run(main()) == ([2 * i for i in range(300)], 0.05)

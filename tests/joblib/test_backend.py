@@ -1,8 +1,8 @@
 """joblib's "mizu" backend, with joblib's own loky backend as the oracle.
 
 Each test runs the same loop under both, unless it is about what only mizu
-does (shared memory, its pool's reuse); the loops' tasks are children.py's
-functions, lambdas and closures.
+does (shared memory, its pool's reuse); the loops' tasks are functions of
+children.py and joblib_children.py, lambdas and closures.
 """
 
 import multiprocessing
@@ -17,32 +17,18 @@ import numpy as np
 import pytest
 
 import children
+import joblib_children
 from helpers import CTRL_C, child_environ, exit_all, require
 
 try:
     import joblib
     from joblib import Parallel, delayed, parallel_config
-    from joblib.externals.loky import get_reusable_executor
 except ImportError as exc:
     require(False, f"joblib is not installed ({exc}): pip install joblib", module=True)
 
 import mizu  # noqa: F401  (registers the backend)
-from mizu import _joblib
 
 BACKENDS = ["mizu", "loky"]
-
-
-@pytest.fixture(autouse=True)
-def pools_shut_down(tmp_path, monkeypatch):
-    """Neither backend's reusable pool outlives a test: the leak check after it would count their workers.
-
-    loky's memmapping folders go to tmp_path, not /dev/shm, which its
-    resource tracker cleans only later.
-    """
-    monkeypatch.setenv("JOBLIB_TEMP_FOLDER", str(tmp_path))
-    yield
-    _joblib.shutdown()
-    get_reusable_executor().shutdown(wait=True)
 
 
 def worker_pids(n_jobs=2, tasks=20, **config):
@@ -116,9 +102,10 @@ def test_a_timeout_stops_the_stuck_task_and_the_next_loop_runs(backend, tmp_path
 def test_a_worker_killed_mid_loop_is_named_and_the_next_loop_runs(backend):
     with pytest.raises(Exception, match="terminated abruptly|killed|SIGKILL") as raised, \
             parallel_config(backend=backend, n_jobs=2):
-        Parallel()(delayed(children.kill_self_at)(i) for i in range(20))
+        Parallel()(delayed(joblib_children.kill_self_at)(i) for i in range(20))
     if backend == "mizu":
-        assert "exit code -9 (SIGKILL) while running mizu._joblib._run_batch([children.kill_self_at(" in str(raised.value)
+        assert ("exit code -9 (SIGKILL) while running mizu._joblib._run_batch([joblib_children.kill_self_at("
+                in str(raised.value))
     with parallel_config(backend=backend, n_jobs=2):
         assert Parallel()(delayed(children.double)(i) for i in range(20)) == [2 * i for i in range(20)]
 
@@ -132,11 +119,11 @@ def test_the_initializer_runs_in_each_worker(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_workers_limit_their_inner_threads(backend, monkeypatch):
     with parallel_config(backend=backend, n_jobs=2, inner_max_num_threads=3):
-        assert set(Parallel()(delayed(children.environ)("OMP_NUM_THREADS") for _ in range(4))) == {"3"}
+        assert set(Parallel()(delayed(joblib_children.environ)("OMP_NUM_THREADS") for _ in range(4))) == {"3"}
     for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(variable, raising=False)
     with parallel_config(backend=backend, n_jobs=2):
-        found = set(Parallel()(delayed(children.environ)("OPENBLAS_NUM_THREADS") for _ in range(4)))
+        found = set(Parallel()(delayed(joblib_children.environ)("OPENBLAS_NUM_THREADS") for _ in range(4)))
     assert found == {str(max((os.cpu_count() or 1) // 2, 1))}
 
 
@@ -163,14 +150,14 @@ def test_progress_is_printed_with_verbose(backend, capfd):
 
 def test_a_task_can_run_a_nested_mizu_loop():
     with parallel_config(backend="mizu", n_jobs=2):
-        got = Parallel()(delayed(children.nested_sum)(i) for i in range(4))
+        got = Parallel()(delayed(joblib_children.nested_sum)(i) for i in range(4))
     assert got == [sum(2 * j for j in range(i * 10)) for i in range(4)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_loop_in_a_daemonic_process_runs_in_it(backend):
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        found = pool.apply(children.joblib_loop_pids, (backend,))
+        found = pool.apply(joblib_children.joblib_loop_pids, (backend,))
     assert found["n_jobs"] == 1 and found["pids"] == {found["pid"]} and "n_jobs=1" in found["warning"]
 
 
@@ -193,10 +180,10 @@ def test_a_loop_nested_in_a_thread_runs_in_it_with_a_warning(backend):
 def test_the_context_of_parallel_config_chooses_the_start_method(monkeypatch):
     """parallel_config's context starts the workers, over the default context that Parallel passes: under
     fork they inherit the caller's state, under spawn and forkserver they do not."""
-    monkeypatch.setattr(children, "SHARED", "the caller's")
+    monkeypatch.setattr(joblib_children, "SHARED", "the caller's")
     for method, inherited in [("fork", "the caller's"), ("spawn", None), ("forkserver", None)]:
         with parallel_config(backend="mizu", n_jobs=2, context=multiprocessing.get_context(method)):
-            assert Parallel()(delayed(children.shared_value)(i) for i in range(4)) == [inherited] * 4, method
+            assert Parallel()(delayed(joblib_children.shared_value)(i) for i in range(4)) == [inherited] * 4, method
 
 
 def test_an_option_the_backend_does_not_take_is_a_type_error_naming_it():
@@ -257,10 +244,10 @@ def test_a_large_argument_is_read_only_in_the_workers_unless_asked(backend):
     big = np.zeros(1 << 18)   # 2 MB, over max_nbytes
     with parallel_config(backend=backend, n_jobs=2):
         with pytest.raises(ValueError, match="read-only"):
-            Parallel()(delayed(children.fill_then_first)(big, i) for i in range(4))
-        assert Parallel(max_nbytes=None)(delayed(children.fill_then_first)(big, i) for i in range(4)) == [0, 1, 2, 3]
-        assert Parallel(mmap_mode="r+")(delayed(children.fill_then_first)(big, 7) for _ in range(4)) == [7] * 4
-        assert Parallel(mmap_mode="w+")(delayed(children.fill_then_first)(big, 8) for _ in range(4)) == [8] * 4
+            Parallel()(delayed(joblib_children.fill_then_first)(big, i) for i in range(4))
+        assert Parallel(max_nbytes=None)(delayed(joblib_children.fill_then_first)(big, i) for i in range(4)) == [0, 1, 2, 3]
+        assert Parallel(mmap_mode="r+")(delayed(joblib_children.fill_then_first)(big, 7) for _ in range(4)) == [7] * 4
+        assert Parallel(mmap_mode="w+")(delayed(joblib_children.fill_then_first)(big, 8) for _ in range(4)) == [8] * 4
     assert not big.any(), "the caller's array is never written"
 
 
@@ -268,9 +255,9 @@ def test_a_large_argument_goes_to_the_workers_once_per_loop():
     big = np.arange(1 << 18, dtype=np.float64)
     small = np.arange(100, dtype=np.float64)
     with parallel_config(backend="mizu", n_jobs=2):
-        blocks = Parallel()(delayed(children.block_of)(big) for _ in range(8))
+        blocks = Parallel()(delayed(joblib_children.block_of)(big) for _ in range(8))
         assert len(set(blocks)) == 1 and None not in blocks
-        assert Parallel()(delayed(children.block_of)(small) for _ in range(2)) == [None, None]
+        assert Parallel()(delayed(joblib_children.block_of)(small) for _ in range(2)) == [None, None]
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):

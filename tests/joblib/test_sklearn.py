@@ -9,7 +9,6 @@ from helpers import require
 
 try:
     from joblib import parallel_config
-    from joblib.externals.loky import get_reusable_executor
     from sklearn.datasets import make_classification
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.model_selection import GridSearchCV, cross_val_score
@@ -17,15 +16,6 @@ except ImportError as exc:
     require(False, f"scikit-learn is not installed ({exc}): pip install scikit-learn", module=True)
 
 import mizu  # noqa: F401  (registers the backend)
-from mizu import _joblib
-
-
-@pytest.fixture(autouse=True)
-def pools_shut_down(tmp_path, monkeypatch):
-    monkeypatch.setenv("JOBLIB_TEMP_FOLDER", str(tmp_path))
-    yield
-    _joblib.shutdown()
-    get_reusable_executor().shutdown(wait=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,20 +4,13 @@ Every test here runs real Rscript processes with the installed mizu's R
 package; they are skipped only when R itself is missing.
 """
 
-import os
-import sys
-
 import pytest
 
 import mizu
 from mizu._r import package as rpackage
 
-# The tests import their helpers from rsession.py by name.
-sys.path.insert(0, os.path.dirname(__file__))
-
-from helpers import require  # noqa: E402
-
-from rsession import RSession, r_has_package  # noqa: E402
+from helpers import require
+from rsession import RSession, r_has_package
 
 try:
     rpackage.find_rscript()

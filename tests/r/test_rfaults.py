@@ -18,8 +18,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-import children
 import mizu
+import r_children
 from helpers import exit_all, memfd_holders, memfds_of, shm_entries
 
 BROKEN = BrokenProcessPool
@@ -44,7 +44,7 @@ def test_a_killed_r_worker_breaks_the_pool_naming_it_and_its_signal(r_library, t
     procs = _workers(pool)
     victim = procs[0]
     if when == "mid-task":
-        futures = [pool.submit(children.R_MARK_AND_SLEEP, str(tmp_path), mizu.zeros(1000)) for _ in range(2)]
+        futures = [pool.submit(r_children.R_MARK_AND_SLEEP, str(tmp_path), mizu.zeros(1000)) for _ in range(2)]
         _running(tmp_path, 2)
         os.kill(victim.pid, signal.SIGKILL)
         match = rf"Process {victim.pid} \(mizu-R-worker-0\) terminated abruptly with exit code -9 \(SIGKILL\) while running \(function"
@@ -85,7 +85,7 @@ def test_a_killed_client_ends_its_r_workers_within_a_second(client, tmp_path):
     before = shm_entries()
     marks = tmp_path / "running"
     marks.mkdir()
-    c = client(f"client_with_busy_r_pool({str(marks)!r})")
+    c = client(r_children.client_with_busy_r_pool, str(marks))
     c.workers = workers = json.loads(c.line(120))["workers"]
     memfds = set().union(*(memfds_of(pid) for pid in workers))
     assert len(memfds) >= 2, "each worker maps the pool's segment and the arena segment of the array"
@@ -104,7 +104,7 @@ def test_ctrl_c_interrupts_a_wait_on_r_tasks_and_the_exit_is_clean(client, tmp_p
     own, are not interrupted; the client's exit waits for its tasks, as with Python workers, except that an
     interrupted shutdown(wait=True) ends the workers at once."""
     gate = tmp_path / "gate"
-    c = client(f"client_interrupted_r({where!r}, {str(gate)!r})")
+    c = client(r_children.client_interrupted_r, where, str(gate))
     c.workers = workers = json.loads(c.line(120))["workers"]
     assert c.line(60) == "waiting"
     time.sleep(0.5)
@@ -124,7 +124,7 @@ def test_ctrl_c_interrupts_a_wait_on_r_tasks_and_the_exit_is_clean(client, tmp_p
 
 def test_leaving_without_shutdown_waits_for_the_r_tasks(client, tmp_path):
     gate = tmp_path / "gate"
-    c = client(f"client_leaving_an_r_pool({str(gate)!r})")
+    c = client(r_children.client_leaving_an_r_pool, str(gate))
     report = json.loads(c.line(120))
     c.workers = report["workers"]
     assert report["values"] == [2 * i for i in range(10)]

@@ -1,0 +1,65 @@
+"""The tasks of the joblib backend's tests, among them joblib loops that a task runs."""
+
+import os
+import signal
+import time
+
+from children import double
+
+
+def kill_self_at(x, fatal=7):
+    """x, a moment later; at x == fatal, this process dies by SIGKILL instead."""
+    if x == fatal:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.01)
+    return x
+
+
+def nested_sum(n):
+    """The sum of double(j) for j < 10 n, computed by a joblib loop of this process on the mizu backend."""
+    from joblib import Parallel, delayed
+
+    return sum(Parallel(backend="mizu", n_jobs=2)(delayed(double)(j) for j in range(10 * n)))
+
+
+def fill_then_first(array, value):
+    """Write value over array, then return its first item."""
+    array[:] = value
+    return int(array[0])
+
+
+def block_of(array):
+    """The address of the arena block array lies in, or None if it is this process's own memory."""
+    import mizu
+
+    found = mizu.arena_block(array)
+    return None if found is None else found[0].address
+
+
+def environ(name):
+    """This process's environment variable name, or None."""
+    return os.environ.get(name)
+
+
+def joblib_loop_pids(backend):
+    """Where a joblib loop of this process runs its calls, how many jobs it has, and what it warned of."""
+    import warnings
+
+    import mizu  # noqa: F401  (registers the backend)
+    from joblib import Parallel, delayed
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parallel = Parallel(backend=backend, n_jobs=2)
+        pids = set(parallel(delayed(os.getpid)() for _ in range(4)))
+        n_jobs = parallel._effective_n_jobs()
+    return {"pid": os.getpid(), "pids": pids, "n_jobs": n_jobs, "warning": " ".join(str(w.message) for w in caught)}
+
+
+SHARED = None   # set by a test before a fork pool starts, so its workers inherit it
+
+
+def shared_value(*_):
+    """SHARED as this worker has it: the test's value under fork, None in a worker that spawn or forkserver
+    started."""
+    return SHARED

@@ -1,0 +1,50 @@
+"""The client programs of the R pool's fault tests: run by `python -c`, they report on stdout."""
+
+import os
+import signal
+import time
+
+from children import block_until_interrupted, report
+
+
+R_MARK_AND_SLEEP = ("function(directory, data) { file.create(file.path(directory, Sys.getpid())); Sys.sleep(600); "
+                    "length(data) }")
+R_WAIT_FOR_FILE = "function(path) { while (!file.exists(path)) Sys.sleep(0.01); Sys.getpid() }"
+
+
+def _r_workers(ex):
+    return sorted(w.process.pid for w in ex._pool.workers)
+
+
+def client_with_busy_r_pool(directory):
+    """Keep both R workers of a pool busy and four tasks queued, each with a shared array; wait to be killed."""
+    import mizu
+
+    ex = mizu.RExecutor(2)
+    data = mizu.zeros(1 << 20)
+    for _ in range(6):
+        ex.submit(R_MARK_AND_SLEEP, directory, data)
+    while len(os.listdir(directory)) < 2:
+        time.sleep(0.01)
+    report(workers=_r_workers(ex))
+    while True:
+        signal.pause()
+
+
+def client_interrupted_r(where, gate):
+    """Block in result(), map or shutdown(wait=True) on R tasks that wait for gate, until Ctrl-C; exit normally."""
+    import mizu
+
+    block_until_interrupted(mizu.RExecutor(2), R_WAIT_FOR_FILE, where, gate,
+                            lambda ex: report(workers=_r_workers(ex)))
+
+
+def client_leaving_an_r_pool(gate):
+    """Submit R tasks and leave without shutdown: the exit waits for them, as the stdlib's does."""
+    import mizu
+
+    ex = mizu.RExecutor(2)
+    futures = [ex.submit("function(x) x * 2L", i) for i in range(10)]
+    slow = ex.submit(R_WAIT_FOR_FILE, gate)
+    report(workers=_r_workers(ex), values=[f.result() for f in futures])
+    slow.add_done_callback(lambda f: print("slow done", flush=True))
