@@ -86,6 +86,14 @@ def _submit_until_broken(ex, n, fn, *args):
             futures.append(ex.submit(fn, *args))
         except BrokenProcessPool:
             break
+        except (OSError, ValueError):
+            # The stdlib's own race under spawn: its submit starts a worker,
+            # passing it the pipes that its manager thread, breaking the
+            # pool, has just closed ("handle is closed", "bad value(s) in
+            # fds_to_keep").
+            if _is_mizu(ex):
+                raise
+            break
     return futures
 
 
