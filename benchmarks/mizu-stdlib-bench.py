@@ -464,15 +464,27 @@ def pools():
 
 PAIRED_ROWS = {"rt": round_trip, "pipelined": pipelined, "map": map_overhead, "wait": pipelined_wait,
                "as_completed": pipelined_as_completed, "callbacks": pipelined_callbacks, "asyncio": asyncio_gather}
+R_TRIVIAL = "function(x) x"
 
 
-def serve(workers):
-    """For benchmarks/mizu-paired.py: one mizu pool; each line 'row n' on stdin is answered with seconds per task."""
-    with mizu.ProcessPoolExecutor(workers) as pool:
-        list(pool.map(trivial, range(4 * workers)))
+def r_round_trip(pool, n):
+    """Seconds per submit(f).result() of a trivial R function on an R pool."""
+    start = time.perf_counter()
+    for i in range(n):
+        pool.submit(R_TRIVIAL, i).result()
+    return (time.perf_counter() - start) / n
+
+
+def serve(workers, r=False):
+    """For benchmarks/mizu-paired.py: one mizu pool (of R workers if r); each line 'row n' on stdin is answered
+    with seconds per task."""
+    make, fn, rows = ((mizu.RExecutor, R_TRIVIAL, {"rt": r_round_trip}) if r else
+                      (mizu.ProcessPoolExecutor, trivial, PAIRED_ROWS))
+    with make(workers) as pool:
+        list(pool.map(fn, range(4 * workers)))
         for line in sys.stdin:
             row, n = line.split()
-            print(repr(PAIRED_ROWS[row](pool, int(n))), flush=True)
+            print(repr(rows[row](pool, int(n))), flush=True)
     return 0
 
 
@@ -482,9 +494,10 @@ def main(argv=None):
                            "fewer tasks, for a smoke test")
     parser.add_argument("--rows", metavar="REGEX", help="measure only the rows whose title this matches")
     parser.add_argument("--serve", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-r", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(args.serve)
+        return serve(args.serve, args.serve_r)
     scale = 10 if args.quick else 1
     rows = [
         ("trivial round trip, 1 worker", "us/task", 1, round_trip, 20_000 // scale, 1e6),
