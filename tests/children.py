@@ -112,8 +112,10 @@ def block_until_interrupted(ex, fn, where, gate, started=None):
     futures = [ex.submit(fn, gate) for _ in range(4)]
     if started is not None:
         started(ex)
-    print("waiting", flush=True)
     try:
+        # Inside the try: a Ctrl-C the test sends once it has read this line
+        # (and seen the client block) is the one caught below.
+        print("waiting", flush=True)
         if where == "result":
             futures[-1].result()
         elif where == "map":

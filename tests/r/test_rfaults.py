@@ -20,7 +20,7 @@ import pytest
 
 import mizu
 import r_children
-from helpers import exit_all, memfd_holders, memfds_of, shm_entries
+from helpers import exit_all, memfd_holders, memfds_of, shm_entries, wait_until_blocked
 
 BROKEN = BrokenProcessPool
 
@@ -107,7 +107,7 @@ def test_ctrl_c_interrupts_a_wait_on_r_tasks_and_the_exit_is_clean(client, tmp_p
     c = client(r_children.client_interrupted_r, where, str(gate))
     c.workers = workers = json.loads(c.line(120))["workers"]
     assert c.line(60) == "waiting"
-    time.sleep(0.5)
+    wait_until_blocked(c.pid, 60)   # inside the blocking call
     if group:
         os.killpg(c.pid, signal.SIGINT)
     else:

@@ -9,8 +9,6 @@
 // no jump leaves; values it keeps across R calls are on R's PROTECT stack.
 #include "worker.h"
 
-#include <atomic>
-#include <cstring>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
