@@ -1,0 +1,35 @@
+from typing import Any, Protocol, TypeVar
+
+from mizu._failures import Watchdog
+from mizu._future import LazyFuture
+from mizu._messages import Codec
+from mizu._sync import Lock
+
+__all__ = ["Collector", "Future"]
+
+_T = TypeVar("_T")
+
+class _Counter(Protocol):
+    def add(self, calls: int) -> None: ...
+
+class Future(LazyFuture[_T]):
+    def result(self, timeout: float | None = None) -> _T: ...
+    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+
+class Collector(Watchdog):
+    @property
+    def codec(self) -> Codec: ...
+    @property
+    def recv_lock(self) -> Lock: ...
+    @property
+    def recv_owner(self) -> int: ...
+    @property
+    def collecting(self) -> int: ...
+    @property
+    def reassembler(self) -> Any: ...
+    @property
+    def watched(self) -> int: ...
+    task_seconds: float
+    depth: int
+    @property
+    def counters(self) -> dict[Any, _Counter]: ...

@@ -1,0 +1,14 @@
+from collections.abc import Callable
+from concurrent.futures import Future as _StdlibFuture
+from typing import Any
+
+from mizu._collect import Collector, _Counter
+
+__all__ = ["Dispatcher"]
+
+class Dispatcher(Collector):
+    @property
+    def ref(self) -> Any: ...
+    def submit(
+        self, kind: int, fn: Callable[..., object], first: Any, second: Any, calls: int, counter: _Counter | None = None
+    ) -> _StdlibFuture[Any]: ...

@@ -1,0 +1,88 @@
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
+
+from mizu._core import MpmcRing, PeerWatch, Segment, SpscRing, _Ring
+from mizu._messages import Codec
+from mizu._sync import Fifo, Lock
+
+from typing_extensions import disjoint_base
+
+__all__ = ["Roster", "Worker"]
+
+class _Launcher(Protocol):
+    on_demand: bool
+    paced: bool
+    starting_hint: str
+    setup_name: str
+    codec: Codec
+    def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]: ...
+
+@disjoint_base
+class Worker:
+    @property
+    def index(self) -> int: ...
+    @property
+    def ring(self) -> SpscRing | None: ...
+    @property
+    def outbox(self) -> deque[bytes]: ...
+    @property
+    def in_flight(self) -> Fifo: ...
+    @property
+    def registered(self) -> dict[Callable[..., object], int]: ...
+    @property
+    def unnamed(self) -> dict[Callable[..., object], int]: ...
+    process: BaseProcess | None
+    watch: PeerWatch | None
+    channel: socket.socket | None
+    failure: tuple[int, str] | None
+    started_tasks: int
+    popped_at_start: int
+    up: bool
+    starting: bool
+    @property
+    def launched_at(self) -> float: ...
+    @property
+    def up_at(self) -> float: ...
+    @property
+    def busy(self) -> float: ...
+    @property
+    def calls_done(self) -> int: ...
+    def __init__(self, index: int, ring: SpscRing) -> None: ...
+
+@disjoint_base
+class Roster:
+    @property
+    def launcher(self) -> _Launcher: ...
+    @property
+    def max_tasks(self) -> int | None: ...
+    @property
+    def segment(self) -> Segment | None: ...
+    @property
+    def results(self) -> MpmcRing | None: ...
+    @property
+    def roster(self) -> list[Worker]: ...
+    @property
+    def workers(self) -> list[Worker]: ...
+    @property
+    def on_demand(self) -> bool: ...
+    @property
+    def idle(self) -> deque[None]: ...
+    @property
+    def state_lock(self) -> Any: ...
+    @property
+    def pending(self) -> Fifo: ...
+    @property
+    def send_lock(self) -> Lock: ...
+    @property
+    def feeding(self) -> set[Worker]: ...
+    broken: str | None
+    shutting_down: bool
+    started: bool
+    @property
+    def collected(self) -> str | None: ...
+    forced: bool
+    def __init__(self, max_workers: int, launcher: _Launcher, max_tasks: int | None) -> None: ...
