@@ -3,9 +3,10 @@
 
 A caller waiting on a future pops the result ring itself (collect_until),
 and otherwise the manager thread does (mizu._manager); either settles what
-it pops here (settle): a result or a raised exception goes to its future
-through the codec of the pool's kind of worker, a worker's notice (up,
-retiring, failed to start) to its roster entry.
+it pops here (settle): the codec of the pool's kind of worker says what
+an answer means (a result, or an exception raised), and settle completes
+its future with it; a worker's notice (up, retiring, failed to start) goes
+to its roster entry.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -14,7 +15,7 @@ from libc.stdint cimport int64_t
 
 from mizu._core cimport _Ring
 from mizu._failures cimport Watchdog
-from mizu._future cimport Cell, cell_of, drop_task, is_done
+from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
 from mizu._messages cimport READY, RETIRING, Reassembler, body_of, is_chunk
 from mizu._roster cimport MAX_DEPTH, Worker
 from mizu._sync cimport Fifo, Lock
@@ -240,6 +241,7 @@ cdef class Collector(Watchdog):
         cdef Message m
         cdef bytes message = slot
         cdef int status
+        cdef bint raised
         cdef unsigned long long task_id
         try:
             if is_chunk(slot):
@@ -312,7 +314,11 @@ cdef class Collector(Watchdog):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
-        self.codec.complete(future, cell, status, value)
+        value = self.codec.outcome(cell, status, value, &raised)
+        if raised:
+            set_exception(future, cell, value)
+        else:
+            set_result(future, cell, value)
         if interrupted is not None:
             raise interrupted
 

@@ -43,7 +43,7 @@ cdef class Codec:
     cdef bint registrable(self, fn) except -1
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
                       list box=*)
-    cdef int complete(self, object future, Cell cell, int status, object value) except -1
+    cdef object outcome(self, Cell cell, int status, object value, bint* raised)
 
 
 cdef class PeerCodec(Codec):
