@@ -23,9 +23,6 @@ cdef class Collector(Watchdog):
     cdef bint unbalanced                # a worker may idle while tasks wait behind a running one (see rebalance)
     cdef public double task_seconds
     cdef public Py_ssize_t depth
-    cdef readonly dict counters         # cell -> what counts its calls when it settles (a map's progress bar)
-    cdef list slowest                   # Pool.insights' slowest tasks: (seconds, worker, task_repr), longest first
-    cdef double slow_floor              # the seconds a task must exceed to join them
 
     cdef dispatch(self)
     cdef bint take_recv(self, int64_t deadline_ns) except -1
@@ -39,5 +36,4 @@ cdef class Collector(Watchdog):
     cdef handle(self, bytes slot)
     cdef settle(self, bytes slot)
     cdef void learn(self, double seconds) noexcept
-    cdef note_slow(self, Worker worker, Cell cell, double seconds)
     cdef replace(self, Worker worker)

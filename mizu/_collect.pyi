@@ -1,4 +1,4 @@
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from mizu._failures import Watchdog
 from mizu._future import LazyFuture
@@ -8,9 +8,6 @@ from mizu._sync import Lock
 __all__ = ["Collector", "Future"]
 
 _T = TypeVar("_T")
-
-class _Counter(Protocol):
-    def add(self, calls: int) -> None: ...
 
 class Future(LazyFuture[_T]):
     def result(self, timeout: float | None = None) -> _T: ...
@@ -31,5 +28,3 @@ class Collector(Watchdog):
     def watched(self) -> int: ...
     task_seconds: float
     depth: int
-    @property
-    def counters(self) -> dict[Any, _Counter]: ...

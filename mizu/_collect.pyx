@@ -18,23 +18,22 @@ from mizu._failures cimport Watchdog
 from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
 from mizu._messages cimport READY, RETIRING, Reassembler, body_of, is_chunk
 from mizu._roster cimport MAX_DEPTH, Worker
+from mizu._observers cimport SETTLED, UP
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.messages cimport Message, kResult, read_message
 from mizu.includes.spin cimport kForever, now_ns
 
 import traceback
 from concurrent.futures import _base
-from time import monotonic as _monotonic
 
-from mizu._errors import (COLLECTED, COLLECTED_FUTURE, FORCED, FORCED_FUTURE, NOT_REPLACED, NOT_REPLACED_FUTURE, brief,
-                          outline_repr, task_repr)
+from mizu._errors import (COLLECTED, COLLECTED_FUTURE, FORCED, FORCED_FUTURE, NOT_REPLACED, NOT_REPLACED_FUTURE,
+                          brief)
 from mizu._future import LazyFuture
 
 __all__ = ["Collector", "Future"]
 
 _SHORT_TASK = 200e-6
 cdef double _SHORT_TASK_C = _SHORT_TASK
-_SLOWEST = 5          # the slowest tasks that insights() reports
 
 
 cdef extern from "pythread.h":
@@ -113,9 +112,6 @@ cdef class Collector(Watchdog):
         self.reassembler = Reassembler()
         self.task_seconds = _SHORT_TASK
         self.depth = 2
-        self.slowest = []
-        self.slow_floor = 0.0
-        self.counters = {}
 
     cdef dispatch(self):
         """Send the tasks pending, and what waits in outboxes (mizu._dispatch.Dispatcher's)."""
@@ -273,8 +269,7 @@ cdef class Collector(Watchdog):
             return
         if status == READY:
             worker.up = True
-            if not worker.up_at:
-                worker.up_at = _monotonic()
+            self.tell(UP, worker.index, None, 0.0)
             if worker.starting:
                 worker.starting = False
                 self.coming -= 1
@@ -293,21 +288,14 @@ cdef class Collector(Watchdog):
             self.unbalanced = True   # it idles: dispatch takes back tasks for it (rebalance)
         cell = cell_of(future)
         self.learn(m.result.seconds / cell.calls)
-        worker.calls_done += cell.calls
-        worker.busy += m.result.seconds
-        if m.result.seconds > self.slow_floor:
-            self.note_slow(worker, cell, m.result.seconds)
-        drop_task(cell)
         interrupted = None
-        if self.counters:
-            counter = self.counters.pop(cell, None)
-            if counter is not None:
-                # A bar's own errors it logs; a signal's exception raised
-                # during its write must not keep the future from settling.
-                try:
-                    counter.add(cell.calls)
-                except BaseException as exc:
-                    interrupted = exc
+        try:
+            self.tell(SETTLED, worker.index, cell, m.result.seconds)
+        except BaseException as exc:
+            # A progress bar's own errors it logs; a signal's exception
+            # raised during its write must not keep the future from settling.
+            interrupted = exc
+        drop_task(cell)
         if self.deferred:
             self.deferred -= 1
         elif self.on_demand and len(self.workers) < len(self.roster):
@@ -337,21 +325,6 @@ cdef class Collector(Watchdog):
             if worker.in_flight.size() >= 2:
                 return True
         return False
-
-    cdef note_slow(self, Worker worker, Cell cell, double seconds):
-        """Count the task of cell among the slowest (a new list: insights() may read the old one meanwhile).
-
-        Its arguments are described by outline_repr, in bounded time; a
-        callable whose name cannot be read is described by its type.
-        """
-        try:
-            text = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls, outline_repr)
-        except Exception:
-            text = f"a task of {outline_repr(cell.fn)}"
-        slowest = sorted(self.slowest + [(seconds, worker.index, text)], key=lambda entry: -entry[0])[:_SLOWEST]
-        if len(slowest) == _SLOWEST:
-            self.slow_floor = slowest[-1][0]
-        self.slowest = slowest
 
     cdef replace(self, Worker worker):
         worker.process.join()

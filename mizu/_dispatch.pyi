@@ -2,7 +2,8 @@ from collections.abc import Callable
 from concurrent.futures import Future as _StdlibFuture
 from typing import Any
 
-from mizu._collect import Collector, _Counter
+from mizu._collect import Collector
+from mizu._observers import _Counter
 
 __all__ = ["Dispatcher"]
 

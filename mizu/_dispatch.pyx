@@ -70,7 +70,7 @@ cdef class Dispatcher(Collector):
             self.refuse_if_closed()
             self.pending.push(future)
             if counter is not None:
-                self.counters[cell] = counter
+                self.bars.counters[cell] = counter
             if self.on_demand:
                 self.adjust(True)
             return future
@@ -82,7 +82,7 @@ cdef class Dispatcher(Collector):
             self.refuse_if_closed()
             self.pending.push(future)
             if counter is not None:
-                self.counters[cell] = counter
+                self.bars.counters[cell] = counter
         else:
             if self.on_demand and not self.idle and self.started:
                 # A result already in the ring leaves its worker idle: count
@@ -92,7 +92,7 @@ cdef class Dispatcher(Collector):
             with self.state_lock:
                 self.refuse_if_closed()
                 if counter is not None:
-                    self.counters[cell] = counter
+                    self.bars.counters[cell] = counter
                 # Not while this thread starts the pool: pickling the first
                 # task runs Python code, which may submit.
                 if not self.started and not self.launching:
@@ -111,7 +111,7 @@ cdef class Dispatcher(Collector):
                             if cell.state is _RUNNING:   # reserved meanwhile by another thread's dispatch
                                 self.reserved -= 1
                             drop_task(cell)
-                            self.counters.pop(cell, None)
+                            self.bars.counters.pop(cell, None)
                         raise
         self.dispatch()
         if self.pending.size():

@@ -3,6 +3,7 @@
 
 from mizu._future cimport Cell, cell_of, drop_task, set_exception
 from mizu._manager cimport Manager
+from mizu._observers cimport ABANDONED
 from mizu._sync cimport Lock
 
 import os
@@ -38,7 +39,7 @@ cdef _abandon(Manager pool):
     pool.broken = (f"This pool belongs to process {pool.owner}; a process forked from it cannot use it: create "
                    f"a new ProcessPoolExecutor in the child")
     futures = pool.take_futures()
-    pool.counters.clear()
+    pool.tell(ABANDONED, -1, None, 0.0)
     if pool.started or pool.launching:
         _inherited.append((pool.workers, pool.roster, pool.results, pool.segment, pool.send_lock,
                            pool.recv_lock, pool.state_lock, pool.kicked))

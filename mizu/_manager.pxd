@@ -7,8 +7,6 @@ cdef class Manager(Dispatcher):
     cdef public object manager
     cdef readonly object kicked
     cdef int owner                      # the process that made the pool
-    cdef object stopped_at              # monotonic seconds when the workers were let go, or None
-    cdef object final_workers           # the workers' figures then (worker_figures)
 
     cdef start_manager(self)
     cdef bint give_back(self) except -1

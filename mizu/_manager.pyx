@@ -10,12 +10,12 @@ closes the result ring and lets go of the segment.
 from mizu._collect cimport FEED_NS, SLICE_NS
 from mizu._dispatch cimport Dispatcher, interpreter_exits
 from mizu._future cimport cell_of, drop_task
+from mizu._observers cimport RELEASED
 from mizu._roster cimport Worker, signal_process
 from mizu.includes.spin cimport kForever
 
 import os
 import threading
-from time import monotonic as _monotonic
 
 from mizu import _core
 from mizu._errors import (NOT_STARTED, SHORT_OF_PROCESSES, TERMINATED, TERMINATED_FUTURE, brief,
@@ -41,7 +41,6 @@ cdef class Manager(Dispatcher):
         self.kicked = threading.Event()
         self.manager = None
         self.owner = os.getpid()
-        self.stopped_at = self.final_workers = None
 
     cdef start(self, first):
         """Start the pool for the future `first`, its first task: every worker (unless on demand), then the manager thread.
@@ -141,13 +140,7 @@ cdef class Manager(Dispatcher):
         self.recv_lock.take(kForever)
         self.send_lock.take(kForever)
         try:
-            self.final_workers = self.worker_figures()
-            self.stopped_at = _monotonic()
-            # The bars of maps whose tasks never settled (cancelled at
-            # shutdown, unpicklable, lost with a broken pool) end here.
-            counters, self.counters = list(self.counters.values()), {}
-            for counter in set(counters):
-                counter.close()
+            self.tell(RELEASED, -1, None, 0.0)
             for worker in self.roster:
                 if worker.channel is not None:
                     worker.channel.close()
@@ -158,28 +151,9 @@ cdef class Manager(Dispatcher):
             self.send_lock.give()
             self.recv_lock.give()
 
-    def worker_figures(self):
-        """(index, pid or None, calls, busy, up_at, launched_at) of each worker, as of now or of its release."""
-        cdef Worker worker
-        if self.final_workers is not None:
-            return self.final_workers
-        return [(worker.index, None if worker.process is None else worker.process.pid, worker.calls_done, worker.busy,
-                 worker.up_at, worker.launched_at) for worker in list(self.roster)]
-
     def insights(self):
         """Insights: each worker's calls, busy and idle time, and the slowest tasks so far."""
-        # Imported here: dataclasses costs milliseconds that a pool not asked for insights need not pay.
-        from mizu._insights import Insights, SlowTask, WorkerInsights
-
-        end = _monotonic() if self.stopped_at is None else self.stopped_at
-        workers = tuple(
-            WorkerInsights(index=index, pid=pid, calls=calls, busy=busy,
-                           idle=max(0.0, end - up_at - busy) if up_at else 0.0,
-                           startup=up_at - launched_at if up_at else None)
-            for index, pid, calls, busy, up_at, launched_at in self.worker_figures())
-        return Insights(workers=workers,
-                        slowest=tuple(SlowTask(seconds, index, task) for seconds, index, task in self.slowest))
-
+        return self.figures.insights()
 
     def observe(self):
         """A future not done yet has a callback, or a thread waits on it without collecting (wait(), as_completed())."""

@@ -68,7 +68,9 @@ The engine is one class per concept, each the base of the next, so that a
 call from one to another is a C call: Roster (the workers and the state
 they share), Watchdog (deaths, breaking), Collector (collecting,
 settling), Dispatcher (sending), Manager (the manager thread, start and
-shutdown), and Pool, which puts them together.
+shutdown), and Pool, which puts them together. What only follows the work
+(insights' figures, maps' progress bars) is told of it through one hook,
+Roster.tell, and kept in mizu._observers.
 """
 
 from mizu._manager cimport Manager

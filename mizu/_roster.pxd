@@ -3,6 +3,8 @@
 from libc.stdint cimport int64_t
 
 from mizu._core cimport _Ring
+from mizu._future cimport Cell
+from mizu._observers cimport Event, ProgressBars, WorkFigures
 from mizu._sync cimport Fifo, Lock
 
 cdef enum:
@@ -26,12 +28,7 @@ cdef class Worker:
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Dispatcher.pick)
     cdef public bint starting         # its first process is starting, counted in Roster.coming
-    # For Pool.insights: when its first process started and said it takes
-    # tasks (monotonic seconds, 0 until then), the calls its tasks made and
-    # the seconds they ran, over all its processes.
-    cdef readonly double launched_at, up_at, busy
     cdef double counted_until          # when its start stops counting against a paced pool's (see starting_now)
-    cdef readonly Py_ssize_t calls_done
 
     cdef release(self)
 
@@ -55,8 +52,11 @@ cdef class Roster:
     cdef Py_ssize_t cores               # the CPUs this process may use
     cdef Py_ssize_t coming              # workers started that are not up yet
     cdef Py_ssize_t deferred            # starts that submits asked for, put off (see adjust)
+    cdef readonly WorkFigures figures   # observers of the work (see tell)
+    cdef readonly ProgressBars bars
     cdef object __weakref__
 
+    cdef int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1
     cdef grow(self)
     cdef bint grow_while_possible(self) except -1
     cdef grow_no_more(self, str reason)

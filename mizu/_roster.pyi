@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from mizu._core import MpmcRing, PeerWatch, Segment, SpscRing, _Ring
 from mizu._messages import Codec
+from mizu._observers import ProgressBars, WorkFigures
 from mizu._sync import Fifo, Lock
 
 from typing_extensions import disjoint_base
@@ -43,14 +44,6 @@ class Worker:
     popped_at_start: int
     up: bool
     starting: bool
-    @property
-    def launched_at(self) -> float: ...
-    @property
-    def up_at(self) -> float: ...
-    @property
-    def busy(self) -> float: ...
-    @property
-    def calls_done(self) -> int: ...
     def __init__(self, index: int, ring: SpscRing) -> None: ...
 
 @disjoint_base
@@ -85,4 +78,8 @@ class Roster:
     @property
     def collected(self) -> str | None: ...
     forced: bool
+    @property
+    def figures(self) -> WorkFigures: ...
+    @property
+    def bars(self) -> ProgressBars: ...
     def __init__(self, max_workers: int, launcher: _Launcher, max_tasks: int | None) -> None: ...

@@ -6,6 +6,7 @@ pending, whether the pool is broken or shutting down) is held here, at the
 base of the engine's classes; the data flow is drawn in mizu._pool.
 """
 
+from mizu._observers cimport LAUNCHED, ProgressBars, WorkFigures
 from mizu._sync cimport Fifo, Lock
 
 import collections
@@ -102,6 +103,13 @@ cdef class Roster:
         self.broken = None
         self.shutting_down = False
         self.started = False
+        self.figures = WorkFigures(self.roster)
+        self.bars = ProgressBars()
+
+    cdef int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1:
+        """Tell the observers of the pool's work (insights' figures, maps' progress bars) what happened."""
+        self.figures.notify(event, index, cell, seconds)
+        return self.bars.notify(event, index, cell, seconds)
 
     cdef grow(self):
         worker = self.roster[len(self.workers)]
@@ -218,7 +226,7 @@ cdef class Roster:
         worker.starting = worker.process is None
         self.coming += worker.starting
         if worker.starting:
-            worker.launched_at = _monotonic()
+            self.tell(LAUNCHED, worker.index, None, 0.0)
         proc = None
         try:
             proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
