@@ -5,6 +5,8 @@ from mizu._future import LazyFuture
 from mizu._messages import Codec
 from mizu._sync import Lock
 
+from typing_extensions import disjoint_base
+
 __all__ = ["Collector", "Future"]
 
 _T = TypeVar("_T")
@@ -13,6 +15,7 @@ class Future(LazyFuture[_T]):
     def result(self, timeout: float | None = None) -> _T: ...
     def exception(self, timeout: float | None = None) -> BaseException | None: ...
 
+@disjoint_base
 class Collector(Watchdog):
     @property
     def codec(self) -> Codec: ...

@@ -5,8 +5,11 @@ from typing import Any
 from mizu._collect import Collector
 from mizu._observers import _Counter
 
+from typing_extensions import disjoint_base
+
 __all__ = ["Dispatcher"]
 
+@disjoint_base
 class Dispatcher(Collector):
     @property
     def ref(self) -> Any: ...

@@ -3,8 +3,11 @@ import threading
 from mizu._dispatch import Dispatcher
 from mizu._insights import Insights
 
+from typing_extensions import disjoint_base
+
 __all__ = ["Manager"]
 
+@disjoint_base
 class Manager(Dispatcher):
     manager: threading.Thread | None
     @property
