@@ -56,7 +56,11 @@ cdef class Roster:
     cdef readonly ProgressBars bars
     cdef object __weakref__
 
-    cdef int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1
+    cdef inline int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1:
+        """Tell the observers of the pool's work (insights' figures, maps' progress bars) what happened."""
+        self.figures.notify(event, index, cell, seconds)
+        return self.bars.notify(event, index, cell, seconds)
+
     cdef grow(self)
     cdef bint grow_while_possible(self) except -1
     cdef grow_no_more(self, str reason)

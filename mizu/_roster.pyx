@@ -106,11 +106,6 @@ cdef class Roster:
         self.figures = WorkFigures(self.roster)
         self.bars = ProgressBars()
 
-    cdef int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1:
-        """Tell the observers of the pool's work (insights' figures, maps' progress bars) what happened."""
-        self.figures.notify(event, index, cell, seconds)
-        return self.bars.notify(event, index, cell, seconds)
-
     cdef grow(self):
         worker = self.roster[len(self.workers)]
         self.launch(worker)
