@@ -21,9 +21,10 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.memory cimport shared_ptr
 
-from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, ArrayBlock, ArrayData, BlockRef
+from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
 from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
+from mizu.includes.array_data cimport ArrayBlock, ArrayData
 from mizu.includes.segment cimport Segment as CSegment
 
 import collections

@@ -27,3 +27,8 @@ cdef bint set_running(object future, Cell cell) except -1
 cdef int set_result(object future, Cell cell, object result) except -1
 cdef int set_exception(object future, Cell cell, object exception) except -1
 cdef bint is_done(Cell cell) noexcept
+
+
+cdef inline void drop_task(Cell cell) noexcept:
+    """Let go of the call of a task that has ended (or never will run): its arguments may be large."""
+    cell.fn = cell.first = cell.second = None

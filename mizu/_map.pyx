@@ -155,7 +155,7 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     raise
                 finally:
                     if bar is not None:
-                        pool.counters.pop(cell_of(future), None)
+                        pool.bars.counters.pop(cell_of(future), None)
                 del future
                 if failures:
                     del values[failures[0][0]:]
@@ -172,7 +172,7 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                 # A batch that never settles (cancelled, or its task could
                 # not be sent) leaves no counter behind in the pool.
                 for future in futures:
-                    pool.counters.pop(cell_of(future), None)
+                    pool.bars.counters.pop(cell_of(future), None)
                 bar.close()
 
     return MapResults(results())

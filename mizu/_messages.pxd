@@ -14,24 +14,25 @@ from mizu.includes.messages cimport is_chunk as _is_chunk
 from mizu.includes.messages cimport Reassembler as CReassembler
 from mizu.includes.wire cimport Writer
 
-# The protocol's constants, from csrc/messages.hpp: a task's call as the
-# Cell of its future holds it (kind, and a batch's shape); result statuses;
-# the stage of an exiting worker's failure.
-cdef extern from "messages.hpp" nogil:
-    const int CALL "mizu::messages::kCall"
-    const int BATCH "mizu::messages::kBatch"
-    const int FLAT "mizu::messages::kFlat"
-    const int SINGLE "mizu::messages::kSingle"
-    const int KEYWORDS "mizu::messages::kKeywords"
-    const int CALLABLE "mizu::messages::kCallable"
-    const int OK "int(mizu::messages::Status::ok)"
-    const int RAISED "int(mizu::messages::Status::raised)"
-    const int RETIRING "int(mizu::messages::Status::retiring)"
-    const int EXITING "int(mizu::messages::Status::exiting)"
-    const int READY "int(mizu::messages::Status::ready)"
-    const int INITIALIZER "int(mizu::messages::Stage::initializer)"
-    const int DECODING "int(mizu::messages::Stage::decoding)"
-    const int STARTING "int(mizu::messages::Stage::starting)"
+# The protocol's constants under the names the pool and the worker use:
+# a task's call as the Cell of its future holds it (kind, and a batch's
+# shape); result statuses; the stage of an exiting worker's failure. They
+# are declared once, from csrc/messages.hpp, in mizu.includes.messages: a
+# module that cimports one of them and defines it again does not compile.
+from mizu.includes.messages cimport kBatch as BATCH
+from mizu.includes.messages cimport kCall as CALL
+from mizu.includes.messages cimport kCallable as CALLABLE
+from mizu.includes.messages cimport kDecoding as DECODING
+from mizu.includes.messages cimport kExiting as EXITING
+from mizu.includes.messages cimport kFlat as FLAT
+from mizu.includes.messages cimport kInitializer as INITIALIZER
+from mizu.includes.messages cimport kKeywords as KEYWORDS
+from mizu.includes.messages cimport kOk as OK
+from mizu.includes.messages cimport kRaised as RAISED
+from mizu.includes.messages cimport kReady as READY
+from mizu.includes.messages cimport kRetiring as RETIRING
+from mizu.includes.messages cimport kSingle as SINGLE
+from mizu.includes.messages cimport kStarting as STARTING
 
 
 cdef class Codec:
@@ -43,7 +44,7 @@ cdef class Codec:
     cdef bint registrable(self, fn) except -1
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
                       list box=*)
-    cdef int complete(self, object future, Cell cell, int status, object value) except -1
+    cdef object outcome(self, Cell cell, int status, object value, bint* raised)
 
 
 cdef class PeerCodec(Codec):

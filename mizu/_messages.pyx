@@ -27,7 +27,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t
 from libc.string cimport memcpy, memset
 from libcpp.vector cimport vector
 
-from mizu._future cimport Cell, set_exception, set_result
+from mizu._future cimport Cell
 from mizu._wire cimport decode_at, encode_plain_into
 from mizu.includes.arena cimport BlockRef
 from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader, Status, TaskHeader, chunk_count,
@@ -291,11 +291,10 @@ cdef class Codec:
         w.clear()
         return _pickled(header, n, value, sender, channel, self.by_value, box)
 
-    cdef int complete(self, object future, Cell cell, int status, object value) except -1:
-        """Settle future with what a worker answered: a value, or the exception it raised."""
-        if status == OK:
-            return set_result(future, cell, value)
-        return set_exception(future, cell, value)
+    cdef object outcome(self, Cell cell, int status, object value, bint* raised):
+        """What a worker answered for the task of cell: its result, or (raised set) the exception it raised."""
+        raised[0] = status != OK
+        return value
 
 
 cdef class PeerCodec(Codec):

@@ -10,7 +10,7 @@ record is ``list(message =, call =, classes =, traceback =)``; a warning's
 is ``list(message =, call =, classes =)``.
 """
 
-from mizu._future cimport Cell, set_exception, set_result
+from mizu._future cimport Cell
 from mizu._messages cimport BATCH, PeerCodec
 
 import warnings
@@ -99,15 +99,17 @@ cdef class RCodec(PeerCodec):
     def __cinit__(self):
         self.language = "R"
 
-    cdef int complete(self, object future, Cell cell, int status, object value) except -1:
+    cdef object outcome(self, Cell cell, int status, object value, bint* raised):
+        raised[0] = True
         try:
             _warn(value["warnings"])
         except Warning as exc:   # warnings are errors (python -W error): the task fails with it
-            return set_exception(future, cell, exc)
+            return exc
         if value["error"] is not None:
-            return set_exception(future, cell, error_from_record(value["error"]))
+            return error_from_record(value["error"])
+        raised[0] = False
         result = value["value"]
         if cell.kind == BATCH:
             values, failures = result
             result = (values, [(index, error_from_record(record)) for index, record in failures])
-        return set_result(future, cell, result)
+        return result

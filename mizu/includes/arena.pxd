@@ -55,16 +55,3 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         uint64_t id()
         size_t limit()
         size_t segment_size()
-
-cdef extern from "array_data.hpp" namespace "mizu" nogil:
-    cdef cppclass ArrayBlock:
-        uint32_t segment_id
-        uint64_t offset
-        uint64_t length
-        uint32_t generation
-
-    cdef cppclass ArrayData:
-        ArrayData(shared_ptr[Arena] arena, size_t threshold, ArrayData* inherited)
-        bint find(const void* ptr, ArrayBlock* where)
-        size_t threshold()
-        size_t live()

@@ -14,6 +14,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
     const uint8_t kWireBody
     const uint8_t kPickleBody
 
+    const uint8_t kCall
     const uint8_t kBatch
     const uint8_t kFlat
     const uint8_t kSingle
@@ -31,6 +32,16 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
         initializer
         decoding
         starting
+
+    # Status and Stage as the byte of a header that holds them.
+    const uint8_t kOk "uint8_t(mizu::messages::Status::ok)"
+    const uint8_t kRaised "uint8_t(mizu::messages::Status::raised)"
+    const uint8_t kRetiring "uint8_t(mizu::messages::Status::retiring)"
+    const uint8_t kExiting "uint8_t(mizu::messages::Status::exiting)"
+    const uint8_t kReady "uint8_t(mizu::messages::Status::ready)"
+    const uint8_t kInitializer "uint8_t(mizu::messages::Stage::initializer)"
+    const uint8_t kDecoding "uint8_t(mizu::messages::Stage::decoding)"
+    const uint8_t kStarting "uint8_t(mizu::messages::Stage::starting)"
 
     cdef struct TaskHeader:
         uint8_t kind

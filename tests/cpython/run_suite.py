@@ -122,10 +122,10 @@ def _end_leftover_pools(cleanup):
     Their workers hold the resource tracker's pipe, so the cleanup's wait for
     the tracker would otherwise never end.
     """
-    from mizu import _pool
+    from mizu import _manager
 
     def cleanup_after_pools():
-        leftover = list(_pool._live_pools)
+        leftover = list(_manager._live_pools)
         for pool in leftover:
             pool.force_shutdown("kill")
             pool.manager.join()

@@ -524,7 +524,7 @@ def test_spawn_starts_one_worker_per_cpu_at_a_time():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity to give the pool one CPU")
 def test_a_put_off_start_is_not_lost_to_tasks_queued_behind_busy_workers(monkeypatch, tmp_path):
     """On one CPU, the third start waits for the second worker to come up; a task left then is its, as the stdlib's would be."""
-    monkeypatch.setattr("mizu._pool._STARTING", 60.0)   # a start counts until its worker is up
+    monkeypatch.setattr("mizu._roster._STARTING", 60.0)   # a start counts until its worker is up
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})   # this thread's mask: the pool's CPU count, and its workers'
     gate = tmp_path / "gate"

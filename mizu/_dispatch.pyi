@@ -1,0 +1,18 @@
+from collections.abc import Callable
+from concurrent.futures import Future as _StdlibFuture
+from typing import Any
+
+from mizu._collect import Collector
+from mizu._observers import _Counter
+
+from typing_extensions import disjoint_base
+
+__all__ = ["Dispatcher"]
+
+@disjoint_base
+class Dispatcher(Collector):
+    @property
+    def ref(self) -> Any: ...
+    def submit(
+        self, kind: int, fn: Callable[..., object], first: Any, second: Any, calls: int, counter: _Counter | None = None
+    ) -> _StdlibFuture[Any]: ...

@@ -1,0 +1,5 @@
+from mizu._roster import Roster
+
+__all__ = ["Watchdog"]
+
+class Watchdog(Roster): ...

@@ -1,0 +1,110 @@
+# cython: auto_pickle=False
+"""A worker's death, and what breaks the pool: BrokenProcessPool on every pending future, then on submit.
+
+Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
+died without retiring breaks the pool as the stdlib's does. The messages add
+to the stdlib's text the dead process, its exit code or signal, the task it
+was running and, when its initializer or the unpickling of a task raised,
+that error (the worker sends its traceback before it exits; the texts are
+mizu._errors'). The other workers get SIGTERM, and SIGKILL if they outlast a
+grace period.
+"""
+
+from libcpp.vector cimport vector
+
+from mizu._core cimport PeerWatch
+from mizu._future cimport Cell, cell_of, drop_task
+from mizu._messages cimport STARTING
+from mizu._roster cimport Roster, Worker
+from mizu.includes.liveness cimport PeerWatch as CPeerWatch
+
+import time
+from concurrent.futures import _base
+from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
+from time import monotonic as _monotonic
+
+from mizu._errors import BROKEN, BROKEN_FUTURE, NOT_STARTED, NOT_STARTED_FUTURE, obituary, task_repr
+
+__all__ = ["Watchdog"]
+
+
+cdef class Watchdog(Roster):
+    """The pool watching its workers for a death, and breaking."""
+
+    cdef collect_ready(self):
+        """Collect the results in the ring, then dispatch what waits (mizu._collect.Collector's)."""
+        raise NotImplementedError
+
+    cdef check_workers(self):
+        """Break the pool if a worker died without retiring. Called with recv_lock held."""
+        cdef vector[CPeerWatch*] watches
+        for worker in self.workers:
+            if worker.watch is not None:
+                watches.push_back((<PeerWatch>worker.watch).watch.get())
+        if not CPeerWatch.any_exited(watches.data(), watches.size()):
+            return
+        for worker in self.workers:
+            if worker.watch is None or worker.watch.alive():
+                continue
+            # Its last results, and a retirement notice, may still be in the ring.
+            self.collect_ready()
+            if worker.watch.alive() or self.broken is not None:
+                continue
+            _reap(worker.process)
+            if not worker.up and worker.failure is not None and worker.failure[0] == STARTING:
+                if self.leave_out(worker):
+                    continue
+                self.terminate_broken(self.obituary_of(worker), None, NOT_STARTED, NOT_STARTED_FUTURE)
+                return
+            self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
+            return
+
+    cdef str obituary_of(self, Worker worker):
+        # It runs its tasks in the order they were sent: the oldest not answered is its current one.
+        future = worker.in_flight.oldest()
+        cdef Cell cell = None if future is None else cell_of(future)
+        task = None if cell is None else task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
+        return obituary(worker.process, worker.failure, worker.ring.popped != worker.popped_at_start, task,
+                        self.launcher.starting_hint, self.launcher.setup_name)
+
+    cdef terminate_broken(self, detail, remote=None, pool_text=BROKEN, future_text=BROKEN_FUTURE):
+        """Break the pool: BrokenProcessPool on every pending future, then on submit.
+
+        detail, a sentence saying what broke it, follows pool_text (by
+        default the stdlib's) in later submits' errors and future_text in
+        the futures'; the cause of each future's error shows remote (a
+        traceback), or detail.
+        """
+        with self.state_lock:
+            if self.broken is not None:
+                return
+            results = self.results   # the manager thread may let go of it as soon as the pool is broken
+            with self.send_lock:
+                self.broken = f"{pool_text}. {detail}"
+                futures = self.take_futures()
+        cause = f"\n'''\n{detail if remote is None else remote.rstrip()}\n'''"
+        for future in futures:
+            drop_task(cell_of(future))
+            error = BrokenProcessPool(f"{future_text} {detail}")
+            error.__cause__ = _RemoteTraceback(cause)
+            try:
+                future.set_exception(error)
+            except _base.InvalidStateError:
+                pass
+        self.close_workers(kill="terminate")
+        if results is not None:
+            results.close()
+
+
+def _reap(proc):
+    """Join proc, which has exited, and wait until its exit code is recorded.
+
+    multiprocessing reaps its children from whichever thread polls first
+    (Process.start() polls them all): a join that loses that race returns
+    before the winner has stored the code, which it does a moment later.
+    """
+    proc.join()
+    deadline = _monotonic() + 1.0
+    while proc.exitcode is None and _monotonic() < deadline:
+        time.sleep(0.001)
+
