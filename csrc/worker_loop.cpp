@@ -11,23 +11,18 @@ namespace mizu {
 
 namespace {
 
-// A popped slot, given back to the ring once its message is read (or when
-// an exception leaves the loop).
+// A popped slot, given back to the ring when the scope that copies its
+// message out ends, however it ends.
 class Popped {
 public:
     Popped(AnyRing& ring, Reservation& res) : ring_(ring), res_(res) {}
-    ~Popped() { end(); }
+    ~Popped() { ring_.end_pop(res_); }
     Popped(const Popped&) = delete;
     Popped& operator=(const Popped&) = delete;
-    void end() noexcept {
-        if (held_) ring_.end_pop(res_);
-        held_ = false;
-    }
 
 private:
     AnyRing& ring_;
     Reservation& res_;
-    bool held_ = true;
 };
 
 // The language lets go of its lock for the length of a wait that may sleep.
@@ -114,23 +109,29 @@ WorkerLoop::Stop WorkerLoop::serve() {
             task_waiter_.set_spin_limit_ns(spin_limit_ns_);
             first_ = false;
         }
-        Popped popped(tasks_, res);
-        const char* data = res.data();
-        std::size_t size = res.size();
-        if (messages::is_chunk(data, size)) {
-            bool whole = chunks_.feed(data, size, whole_);
-            popped.end();
-            if (!whole) continue;
-            data = whole_.data();
-            size = whole_.size();
+        // The message is copied out and its slot given back before the
+        // language reads it: a worker that dies while reading a task has
+        // taken it (the pool's obituary counts the slots it popped).
+        {
+            Popped popped(tasks_, res);
+            if (messages::is_chunk(res.data(), res.size())) {
+                if (!chunks_.feed(res.data(), res.size(), whole_)) continue;
+            } else {
+                whole_.assign(res.data(), res.size());
+            }
         }
+        const char* data = whole_.data();
+        std::size_t size = whole_.size();
         messages::Message m = messages::read_message(data, size);
         if (m.kind != messages::kTask) throw std::invalid_argument("the client sent a worker a result");
-        if (!language_.prepare(language_.self, m, data, size)) {
+        bool prepared = language_.prepare(language_.self, m, data, size);
+        // A large message's buffer goes back now, not when the next one
+        // replaces it: an idle worker holds no copy of its last argument.
+        if (whole_.capacity() > kKeptMessageBytes) std::string().swap(whole_);
+        if (!prepared) {
             stop_ = Stop::language;
             return stop_;
         }
-        popped.end();
         if (!tasks_.base().claim(m.task.task_id)) {
             // The client took the task back to run it on an idle worker.
             if (language_.drop(language_.self)) continue;
@@ -147,6 +148,7 @@ WorkerLoop::Stop WorkerLoop::serve() {
         }
         if (halted_) return stop_;  // the outcome could not be sent
         task_done();
+        if (halted_) return stop_;  // nor the notice that the worker retires
     }
     stop_ = Stop::retired;
     return stop_;
@@ -169,6 +171,12 @@ bool WorkerLoop::send(const char* data, std::size_t size) {
 
 bool WorkerLoop::push(const char* data, std::size_t size) {
     Reservation res;
+    if (results_.base().closed()) {
+        // The pool has shut down or broken: nobody reads results any more.
+        stop_ = Stop::client_gone;
+        halted_ = true;
+        return false;
+    }
     if (!results_.begin_push(uint32_t(size), res)) {
         for (;;) {
             WaitStatus st;

@@ -58,6 +58,9 @@ public:
     // Before a wait that would let go of the language's lock (release), a
     // poll this long, so that a task about to come costs no hand-over.
     static constexpr int64_t kHeldSpinNs = 2000;
+    // A task message's copy keeps its buffer for the next one up to this
+    // size (a slot's, and then some).
+    static constexpr std::size_t kKeptMessageBytes = 64 << 10;
 
     // The rings, and their waiters, outlive the loop. max_tasks 0: no limit.
     WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Waiter& result_waiter, const PeerWatch& client,
@@ -104,7 +107,7 @@ private:
     WorkerLanguage language_;
 
     messages::Reassembler chunks_;
-    std::string whole_;       // a message put together from its chunks
+    std::string whole_;       // the task message being read, copied out of its slot or put together from its chunks
     std::string out_chunk_;   // a chunk of a message sent in several
     int64_t spin_limit_ns_;   // the task waiter's, held back until the first task
     bool first_ = true;       // no task popped yet: the first is waited for without spinning

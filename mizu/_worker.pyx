@@ -163,8 +163,16 @@ cdef class _Language:
         cdef WorkerLoop* loop = self.loop.get()
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         error = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
-        # Sent unless the pool has broken or shut down already.
-        _answer(loop, loop.result_header(Status.exiting), (stage, tb, error), self.channel, self.index)
+        # Sent unless the pool has broken or shut down already, or a signal
+        # handler raised while the send waited.
+        if not _answer(loop, loop.result_header(Status.exiting), (stage, tb, error), self.channel, self.index):
+            self.raise_if_stopped()
+        return 0
+
+    cdef int raise_if_stopped(self) except -1:
+        """Raise what stopped the loop's last wait (a signal handler's exception, _idle), if that stopped it."""
+        if self.loop.get().stop() == Stop.language and self.error is not None:
+            raise self.error
         return 0
 
 
@@ -178,7 +186,7 @@ cdef bool _prepare(void* held, const Message& m, const char* data, size_t size) 
     cdef Message task = m     # body_with_buffers' declaration takes it as mutable
     try:
         if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
-            call = decode_at(m.body, m.body_size, None)   # read in the ring's slot
+            call = decode_at(m.body, m.body_size, None)
         else:
             call = body_with_buffers(task, PyBytes_FromStringAndSize(data, size), lang.channel)
         flags = m.task.flags
@@ -193,6 +201,10 @@ cdef bool _prepare(void* held, const Message& m, const char* data, size_t size) 
                 raise ValueError("a call with keywords must be (a tuple of arguments, a dict of keywords)")
         elif not flags & BATCH and type(call) is not tuple:
             raise ValueError(f"a call's arguments must be a tuple, not {type(call).__name__}")
+        if not lang.born and "numpy" in lang.modules:
+            # Before the task's clock starts (at its claim).
+            _arrays_in_the_arena()
+            lang.born = True
     except BaseException as exc:
         # No future can take this error: the worker ends and the pool
         # breaks, as the stdlib's does.
@@ -224,9 +236,6 @@ cdef bool _run(void* held, WorkerLoop& loop) noexcept:
     # finalizers may be what the client waits on.
     lang.call = lang.fn = None
     try:
-        if not lang.born and "numpy" in lang.modules:
-            _arrays_in_the_arena()
-            lang.born = True
         try:
             if flags & BATCH:
                 value = _run_units(fn, call, flags)
@@ -302,6 +311,7 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     # Tasks wait in the client until a worker says it takes them (see
     # mizu._pool.Pool.pick): a worker still starting holds none up.
     if not lang.loop.get().notice(Status.ready):
+        lang.raise_if_stopped()
         return
     try:
         stop = lang.loop.get().serve()
