@@ -99,9 +99,6 @@ public:
           loop_(*rings_.tasks, task_waiter_, *rings_.results, result_waiter_, client_, uint16_t(o.index), o.max_tasks,
                 language()) {}
 
-    ~Worker() {
-        if (kept_ != R_NilValue) R_ReleaseObject(kept_);
-    }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
 
@@ -109,11 +106,6 @@ public:
     // serve() inside sessions (evaluate.h), a new one after each R error,
     // which fails the call that raised it.
     void run() {
-        kept_ = r_call([] {
-            SEXP kept = Rf_allocVector(VECSXP, kKept);
-            R_PreserveObject(kept);
-            return kept;
-        });
         SEXP ns = PROTECT(r_call([] {
             SEXP name = PROTECT(Rf_mkString("mizu"));
             SEXP found = R_FindNamespace(name);
@@ -151,6 +143,10 @@ public:
     // then tasks until the client is gone or max_tasks are done. What the
     // core throws ends it, to be rethrown by run() outside R.
     SEXP serve() {
+        // The call prepared last stays protected here until it has run or
+        // was dropped; an R error unwinds it with the session.
+        call_ = R_NilValue;
+        PROTECT_WITH_INDEX(R_NilValue, &call_index_);
         try {
             if (batch_.active) {
                 send_outcome(r_call([&] { return continue_batch(); }));
@@ -163,6 +159,7 @@ public:
         } catch (...) {
             stopped_ = std::current_exception();
         }
+        UNPROTECT(1);
         return R_NilValue;
     }
 
@@ -193,8 +190,8 @@ private:
         return l;
     }
 
-    // The task's call and callable, decoded while its message is in the
-    // ring; the callable is registered, the call kept for run_prepared.
+    // The task's call and callable, decoded; the callable is registered,
+    // the call kept for run_prepared.
     bool prepare(const Message& m) {
         memory_kept_ = true;
         std::vector<messages::BufferRecord> records;
@@ -215,37 +212,38 @@ private:
             refused_ = e.what();
             if (m.task.flags & messages::kCallable) callable = decode_first_item(m.body, m.body_size, table);
         }
+        REPROTECT(refused_.empty() ? value : callable, call_index_);
         if (refused_.empty() && (m.task.flags & messages::kCallable)) {
             if (TYPEOF(value) != VECSXP || XLENGTH(value) != 2)
                 throw std::invalid_argument("a task with its callable must carry (callable, call)");
             callable = VECTOR_ELT(value, 0);
             value = VECTOR_ELT(value, 1);
         }
-        SET_VECTOR_ELT(kept_, kCall, value);
-        SET_VECTOR_ELT(kept_, kCallable, callable);
+        call_ = value;
         // The callable a task brings is this worker's from now on, whether
         // the task runs here or not.
         if (callable != R_NilValue) r_call([&] { return learn(m.task.fn_id, callable); });
-        SET_VECTOR_ELT(kept_, kCallable, R_NilValue);
         return true;
     }
 
     bool drop() {
-        SET_VECTOR_ELT(kept_, kCall, R_NilValue);
+        forget_call();
         return true;
+    }
+
+    void forget_call() {
+        call_ = R_NilValue;
+        REPROTECT(R_NilValue, call_index_);
     }
 
     // Runs the task prepared last, claimed; an R error in it fails it
     // (fail_running).
     bool run_prepared() {
         const messages::TaskHeader& task = *loop_.running();
-        SEXP call = PROTECT(VECTOR_ELT(kept_, kCall));
-        SET_VECTOR_ELT(kept_, kCall, R_NilValue);
-        then_unprotect(1, [&] {
-            send_outcome(r_call([&] {
-                return refused_.empty() ? run_call(task, call) : refusal(kRefused, refused_.c_str());
-            }));
-        });
+        send_outcome(r_call([&] {
+            return refused_.empty() ? run_call(task, call_) : refusal(kRefused, refused_.c_str());
+        }));
+        forget_call();
         return true;
     }
 
@@ -535,10 +533,11 @@ private:
     Batch batch_;
 
     WorkerLoop loop_;
-    // The call of the task prepared last, and the callable it brought while
-    // it is registered (preserved).
-    enum Kept : R_xlen_t { kCall, kCallable, kKept };
-    SEXP kept_ = R_NilValue;
+    // The call of the task prepared last, and the slot of serve()'s that
+    // protects it (with the callable it brought, or alone that callable when
+    // R cannot hold the call).
+    SEXP call_ = R_NilValue;
+    PROTECT_INDEX call_index_ = 0;
     std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
