@@ -161,6 +161,16 @@ def wait_until_blocked(pid, timeout=60):
         time.sleep(0.002)
 
 
+def announced_pid(path, timeout=60):
+    """The pid a task wrote to path with children.announce, once it has; fails after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.005)
+    with open(path) as f:
+        return int(f.read())
+
+
 def returns_within(call, timeout):
     """Run call() in a thread and fail if it has not returned after timeout seconds (a hang, not a speed)."""
     failure = []

@@ -248,6 +248,46 @@ def ignore_sigterm_then_nap(path, seconds):
     return announce_then_nap(path, seconds)
 
 
+# -- control of running work: deadlines, stopped tasks, workers replaced ----------------------------------------
+
+
+def tally_then_nap(path, value, seconds):
+    """Append value and this worker's pid as a line of path, then sleep: the lines count each start of the task."""
+    with open(path, "a") as file:
+        file.write(f"{value} {os.getpid()}\n")
+    time.sleep(seconds)
+    return value
+
+
+def announce_then_sleep_in_c(path, seconds):
+    """Announce, then sleep in libc's sleep(): no Python code runs until it returns."""
+    import ctypes
+
+    announce(path)
+    ctypes.CDLL(None).sleep(seconds)
+    return seconds
+
+
+def announce_then_end(path, how):
+    """Announce, then end this worker: os._exit(3) ("exit"), a null pointer read ("segfault"), or wait for the
+    test's SIGKILL ("killed")."""
+    announce(path)
+    if how == "exit":
+        os._exit(3)
+    if how == "segfault":
+        segfault("null pointer")
+    time.sleep(120)
+
+
+_hoard = []
+
+
+def hoard(nbytes):
+    """Keep nbytes of written memory in a module global, so this worker stays that much larger; return its pid."""
+    _hoard.append(b"\x01" * nbytes)
+    return os.getpid()
+
+
 # -- clients of the fault tests: run by `python -c`, they report on stdout ---------------------------------------
 
 

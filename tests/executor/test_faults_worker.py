@@ -26,7 +26,7 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import returns_within, wait_until_blocked
+from helpers import announced_pid, returns_within, wait_until_blocked
 
 pytestmark = pytest.mark.timeout(100)
 
@@ -66,16 +66,6 @@ def make():
 
 def _is_mizu(ex):
     return isinstance(ex, mizu.ProcessPoolExecutor)
-
-
-def _announced_pid(path):
-    """The pid a task wrote to path, once it has."""
-    deadline = time.monotonic() + WAIT
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.005)
-    with open(path) as f:
-        return int(f.read())
 
 
 def _submit_until_broken(ex, n, fn, *args):
@@ -180,7 +170,7 @@ def test_sigkill_mid_task_fails_every_pending_future(make, executor_type, contex
     queued = [ex.submit(children.double, i) for i in range(6)]
     called_back = []
     queued[-1].add_done_callback(lambda f: called_back.append(type(f.exception())))
-    victim = _announced_pid(marker)
+    victim = announced_pid(marker)
     os.kill(victim, signal.SIGKILL)
     futures = [running, beside, *queued]
     done, not_done = cf.wait(futures, timeout=WAIT)
@@ -213,7 +203,7 @@ def test_sigkill_while_a_large_result_fills_the_ring(make, context, tmp_path):
     try:
         assert entered.wait(WAIT)
         queued = [ex.submit(children.double, i) for i in range(3)]
-        victim = _announced_pid(marker)
+        victim = announced_pid(marker)
         wait_until_blocked(victim)
         os.kill(victim, signal.SIGKILL)
     finally:
@@ -240,7 +230,7 @@ def test_sigkill_while_a_large_argument_is_written(make, executor_type, context,
     ex = make(executor_type, 1, mp_context=context)
     marker = str(tmp_path / "busy")
     busy = ex.submit(children.announce_then_nap, marker, WAIT)
-    victim = _announced_pid(marker)
+    victim = announced_pid(marker)
     big = ex.submit(children.echo_value, b"a" * BIG)
     queued = [ex.submit(children.double, i) for i in range(3)]
     time.sleep(0.2)    # the client (or the stdlib's feeder thread) is now stuck writing the argument
@@ -278,8 +268,8 @@ def test_a_stuck_worker_that_ignores_sigterm_does_not_hold_a_broken_pool(make, c
     assert len(ex._processes) == 2
     stubborn = ex.submit(executor_children.ignore_sigterm_then_nap, str(tmp_path / "stubborn"), 3 * WAIT)
     doomed = ex.submit(children.announce_then_nap, str(tmp_path / "doomed"), WAIT)
-    stubborn_pid = _announced_pid(str(tmp_path / "stubborn"))
-    os.kill(_announced_pid(str(tmp_path / "doomed")), signal.SIGKILL)
+    stubborn_pid = announced_pid(str(tmp_path / "stubborn"))
+    os.kill(announced_pid(str(tmp_path / "doomed")), signal.SIGKILL)
     _broken_errors(ex, [stubborn, doomed])
     with pytest.raises(ProcessLookupError):
         os.kill(stubborn_pid, 0)

@@ -1,0 +1,400 @@
+"""Control of running work: a deadline per task, stopping a task, replacing a worker that died or grew too large.
+
+pebble's ProcessPool is the oracle where it has the behaviour: a task past
+its deadline, a pending and a running task stopped, a worker that dies
+mid-task. Each such case runs the same scenario on both pools and checks
+what the caller sees: which futures succeed with what, which fail with
+TimeoutError, CancelledError or the pool's worker-death error, and how many
+times each task started (each task appends a line to a file in tmp_path as
+it starts). What pebble lacks (the pool's size kept, a worker's memory
+limit, the stdlib's BrokenProcessPool by default, argument checks) is
+checked against the issue's statement. Times are asserted only as bounds
+on a hang: a task that will not stop has GRACE seconds beyond its deadline.
+"""
+
+import collections
+import concurrent.futures as cf
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures.process import BrokenProcessPool
+
+import pebble
+import pytest
+
+import children
+import executor_children
+import mizu
+from helpers import announced_pid, exit_all, returns_within
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT = 60       # seconds a single wait may take before the case counts as hung
+GRACE = 10      # seconds past its deadline by which a task that will not stop must have ended
+FORK = multiprocessing.get_context("fork")
+
+
+class MizuPool:
+    """mizu's pool with dead workers replaced, driven as the oracle is: a deadline per call through options()."""
+
+    def __init__(self, workers, context):
+        self.ex = mizu.ProcessPoolExecutor(workers, mp_context=context, worker_death="replace")
+        self.died = mizu.WorkerDied
+
+    def submit(self, fn, *args, timeout=None):
+        target = self.ex if timeout is None else self.ex.options(task_timeout=timeout)
+        return target.submit(fn, *args)
+
+    def stop(self, future):
+        return self.ex.stop(future)
+
+    @staticmethod
+    def ending(error):
+        """How the worker ended: ("exit", code) or ("signal", number)."""
+        return ("signal", error.signal) if error.signal is not None else ("exit", error.exitcode)
+
+    def close(self):
+        returns_within(lambda: self.ex.shutdown(wait=True, cancel_futures=True), WAIT)
+
+
+class PebblePool:
+    """pebble's ProcessPool, the oracle: schedule(timeout=...), and a future's cancel() stops a running task."""
+
+    def __init__(self, workers, context):
+        self.pool = pebble.ProcessPool(max_workers=workers, context=context)
+        self.died = pebble.ProcessExpired
+
+    def submit(self, fn, *args, timeout=None):
+        return self.pool.schedule(fn, args=args, timeout=timeout)
+
+    def stop(self, future):
+        return future.cancel()
+
+    @staticmethod
+    def ending(error):
+        return ("signal", -error.exitcode) if error.exitcode < 0 else ("exit", error.exitcode)
+
+    def close(self):
+        self.pool.stop()
+        returns_within(lambda: self.pool.join(WAIT), WAIT)
+
+
+@pytest.fixture(params=["mizu", "pebble"])
+def oracle(request):
+    """make(workers, context=fork): mizu's pool, then pebble's as the oracle; closed when the case ends."""
+    made = []
+
+    def make(workers, context=FORK):
+        made.append((MizuPool if request.param == "mizu" else PebblePool)(workers, context))
+        return made[-1]
+
+    yield make
+    for pool in made:
+        pool.close()
+
+
+def _tallies(path):
+    """How many times each task started, by the value it appended to path."""
+    if not os.path.exists(path):
+        return collections.Counter()
+    with open(path) as file:
+        return collections.Counter(line.split()[0] for line in file)
+
+
+def _started(path, value):
+    """The pid of the worker that started the task of value, once it has appended to path."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        if os.path.exists(path):
+            with open(path) as file:
+                for line in file:
+                    if line.split()[0] == str(value):
+                        return int(line.split()[1])
+        assert time.monotonic() < deadline, f"task {value} never started"
+        time.sleep(0.005)
+
+
+def _others(pool, tally, timeout=None):
+    """A task beside the one under test and six queued behind it, each appending to tally as it starts."""
+    beside = pool.submit(executor_children.tally_then_nap, tally, "beside", 1.0)
+    return beside, [pool.submit(executor_children.tally_then_nap, tally, i, 0, timeout=timeout) for i in range(6)]
+
+
+def _assert_the_others_ran_once(pool, tally, others, victim, **started):
+    """The others (_others) succeed, each started once, as the task under test started `started`; its worker,
+    victim, has exited; the pool takes new work, and mizu's is back to its size without the victim."""
+    beside, queued = others
+    assert beside.result(timeout=WAIT) == "beside"
+    assert [f.result(timeout=WAIT) for f in queued] == list(range(6))
+    exit_all([victim], WAIT)
+    assert _tallies(tally) == {**started, "beside": 1, **{str(i): 1 for i in range(6)}}
+    assert pool.submit(children.double, 21).result(timeout=WAIT) == 42
+    if isinstance(pool, MizuPool):
+        assert victim not in _full(pool.ex)
+
+
+def _settles(future, within):
+    """The future's exception once it is done; fails if it is not done within `within` seconds."""
+    cf.wait([future], timeout=within)
+    assert future.done(), f"the task was still running {within} s later"
+    return future.exception()
+
+
+def _full(ex):
+    """Wait until the pool has its max_workers processes again; return their pids."""
+    deadline = time.monotonic() + WAIT
+    while len(ex._processes) < ex._max_workers:
+        assert time.monotonic() < deadline, f"the pool kept {len(ex._processes)} of {ex._max_workers} workers"
+        time.sleep(0.01)
+    assert len(ex._processes) == ex._max_workers, ex._processes
+    return set(ex._processes)
+
+
+# -- a deadline per task ----------------------------------------------------------------------------------------
+
+
+def test_a_task_past_its_deadline_fails_with_timeout_error_and_the_rest_run_once(oracle, tmp_path):
+    pool = oracle(2)
+    tally = str(tmp_path / "tally")
+    late = pool.submit(executor_children.tally_then_nap, tally, "late", WAIT, timeout=0.5)
+    others = _others(pool, tally, timeout=WAIT)
+    victim = _started(tally, "late")
+    assert isinstance(late.exception(timeout=WAIT), TimeoutError)
+    _assert_the_others_ran_once(pool, tally, others, victim, late=1)
+
+
+def test_the_deadline_counts_from_the_start_of_the_task_not_its_submission(oracle):
+    pool = oracle(1)
+    futures = [pool.submit(children.nap, 0.5, timeout=1.5) for _ in range(4)]
+    assert [f.result(timeout=WAIT) for f in futures] == [0.5] * 4
+
+
+@pytest.mark.parametrize("task", ["sleep in C", "SIGTERM ignored"])
+def test_a_task_that_does_not_stop_at_sigterm_still_ends_by_its_deadline(oracle, tmp_path, task):
+    pool = oracle(1)
+    marker = str(tmp_path / "running")
+    fn = executor_children.announce_then_sleep_in_c if task == "sleep in C" else executor_children.ignore_sigterm_then_nap
+    stuck = pool.submit(fn, marker, 120, timeout=0.5)
+    victim = announced_pid(marker)
+    assert isinstance(_settles(stuck, 0.5 + GRACE), TimeoutError)
+    exit_all([victim], GRACE)
+    assert pool.submit(children.pid).result(timeout=WAIT) != victim
+
+
+def test_a_thousand_short_tasks_one_in_ten_overrunning_each_settle_once(tmp_path):
+    tally = str(tmp_path / "tally")
+    ex = mizu.ProcessPoolExecutor(2, mp_context=FORK, task_timeout=0.2)
+    try:
+        futures = [ex.submit(executor_children.tally_then_nap, tally, i, 5 if i % 10 == 0 else 0) for i in range(1000)]
+        returns_within(lambda: cf.wait(futures), 120)
+        for i, future in enumerate(futures):
+            if i % 10 == 0:
+                assert isinstance(future.exception(), TimeoutError), (i, future)
+            else:
+                assert future.result() == i
+        assert _tallies(tally) == {str(i): 1 for i in range(1000)}
+        _full(ex)
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
+    finally:
+        returns_within(lambda: ex.shutdown(wait=True), WAIT)
+    with open(tally) as file:
+        pids = {int(line.split()[1]) for line in file}
+    assert len(pids) > 2, "overrunning tasks ended no worker"
+    exit_all(pids, 10)
+
+
+# -- stopping a task --------------------------------------------------------------------------------------------
+
+
+def test_stopping_a_pending_task_cancels_it_and_ends_no_worker(oracle, tmp_path):
+    pool = oracle(1)
+    tally = str(tmp_path / "tally")
+    gate = tmp_path / "gate"
+    busy = pool.submit(executor_children.tally_then_nap, tally, "busy", 0)
+    busy.result(timeout=WAIT)
+    gated = pool.submit(children.wait_for_file, str(gate))
+    pending = pool.submit(executor_children.tally_then_nap, tally, "pending", 0)
+    assert pool.stop(pending) is True
+    assert pending.cancelled()
+    with pytest.raises(cf.CancelledError):
+        pending.result(timeout=0)
+    gate.touch()
+    worker = gated.result(timeout=WAIT)
+    assert pool.submit(executor_children.tally_then_nap, tally, "after", 0).result(timeout=WAIT) == "after"
+    assert _tallies(tally) == {"busy": 1, "after": 1}
+    assert _started(tally, "after") == worker == _started(tally, "busy")
+
+
+def test_stopping_a_running_task_cancels_it_ends_its_worker_and_the_rest_run_once(oracle, tmp_path):
+    pool = oracle(2)
+    tally = str(tmp_path / "tally")
+    running = pool.submit(executor_children.tally_then_nap, tally, "running", WAIT)
+    others = _others(pool, tally)
+    victim = _started(tally, "running")
+    assert pool.stop(running) is True
+    assert running.cancelled()
+    with pytest.raises(cf.CancelledError):
+        running.result(timeout=0)
+    _assert_the_others_ran_once(pool, tally, others, victim, running=1)
+
+
+def test_stopping_a_done_future_returns_false_and_keeps_its_result(oracle):
+    pool = oracle(1)
+    done = pool.submit(children.double, 21)
+    assert done.result(timeout=WAIT) == 42
+    assert pool.stop(done) is False
+    assert not done.cancelled()
+    assert done.result(timeout=0) == 42
+
+
+def test_cancel_keeps_the_stdlib_meaning_for_a_running_task(tmp_path):
+    marker = str(tmp_path / "running")
+    with mizu.ProcessPoolExecutor(1, task_timeout=WAIT) as ex:
+        running = ex.submit(children.announce_then_nap, marker, 0.5)
+        pending = ex.submit(children.double, 21)
+        announced_pid(marker)
+        assert running.cancel() is False
+        assert pending.cancel() is True
+        assert running.result(timeout=WAIT) == 0.5
+        assert pending.cancelled()
+
+
+# -- a worker that dies mid-task --------------------------------------------------------------------------------
+
+
+ENDINGS = {"exit": ("exit", 3), "killed": ("signal", signal.SIGKILL), "segfault": ("signal", signal.SIGSEGV)}
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("how", list(ENDINGS))
+def test_a_worker_that_dies_mid_task_fails_only_its_task(oracle, tmp_path, how, method):
+    pool = oracle(2, multiprocessing.get_context(method))
+    marker = str(tmp_path / "running")
+    tally = str(tmp_path / "tally")
+    dying = pool.submit(executor_children.announce_then_end, marker, how)
+    others = _others(pool, tally)
+    victim = announced_pid(marker)
+    if how == "killed":
+        os.kill(victim, signal.SIGKILL)
+    error = dying.exception(timeout=WAIT)
+    assert isinstance(error, pool.died), repr(error)
+    assert error.pid == victim
+    assert pool.ending(error) == ENDINGS[how]
+    _assert_the_others_ran_once(pool, tally, others, victim)
+    if isinstance(pool, MizuPool):
+        assert isinstance(error, BrokenProcessPool)
+        assert error.exitcode is None or isinstance(error.exitcode, int)
+        assert "announce_then_end" in error.task, error.task
+
+
+@pytest.mark.parametrize("worker_death", [None, "break"])
+def test_by_default_a_worker_that_dies_breaks_the_pool_as_the_stdlibs_does(worker_death):
+    ex = mizu.ProcessPoolExecutor(2, **({} if worker_death is None else {"worker_death": worker_death}))
+    try:
+        futures = [ex.submit(executor_children.die_at, 7), ex.submit(children.nap, WAIT)]
+        futures += [ex.submit(children.double, i) for i in range(4)]
+        for future in futures:
+            assert isinstance(future.exception(timeout=WAIT), BrokenProcessPool)
+        with pytest.raises(BrokenProcessPool):
+            ex.submit(children.double, 1)
+    finally:
+        returns_within(lambda: ex.shutdown(wait=True), WAIT)
+
+
+@pytest.mark.parametrize("action", ["deadline", "stop"])
+def test_a_deadline_or_a_stop_does_not_break_a_pool_that_breaks_on_death(tmp_path, action):
+    marker = str(tmp_path / "running")
+    with mizu.ProcessPoolExecutor(2, task_timeout=0.5 if action == "deadline" else None) as ex:
+        ended = ex.submit(children.announce_then_nap, marker, WAIT)
+        victim = announced_pid(marker)
+        if action == "stop":
+            assert ex.stop(ended) is True
+        else:
+            assert isinstance(ended.exception(timeout=WAIT), TimeoutError)
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
+        assert victim not in _full(ex)
+
+
+# -- a worker's memory ------------------------------------------------------------------------------------------
+
+
+def _resident(pid):
+    """A process's resident memory in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+@pytest.mark.parametrize("limit", [100 << 20, None], ids=["limit", "no limit"])
+def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_next(limit):
+    with mizu.ProcessPoolExecutor(1) as probe:
+        # A forked worker starts as large as the client: the limit is above that.
+        baseline = _resident(probe.submit(children.pid).result(timeout=WAIT))
+    with mizu.ProcessPoolExecutor(1, max_worker_memory=limit and baseline + limit) as ex:
+        first = ex.submit(children.pid).result(timeout=WAIT)
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
+        assert ex.submit(executor_children.hoard, 200 << 20).result(timeout=WAIT) == first
+        after = ex.submit(children.pid).result(timeout=WAIT)
+        if limit is None:
+            assert after == first
+        else:
+            assert after != first
+            exit_all([first], WAIT)
+            assert ex.submit(children.pid).result(timeout=WAIT) == after
+            assert len(ex._processes) == 1
+
+
+# -- options and arguments --------------------------------------------------------------------------------------
+
+
+def test_options_gives_a_view_whose_submit_and_map_use_its_deadline():
+    with mizu.ProcessPoolExecutor(2) as ex:
+        view = ex.options(task_timeout=0.5)
+        assert isinstance(view.submit(children.nap, WAIT).exception(timeout=WAIT), TimeoutError)
+        assert ex.submit(children.nap, 1.0).result(timeout=WAIT) == 1.0
+        results = view.map(children.nap, [0, WAIT])
+        assert next(results) == 0
+        with pytest.raises(TimeoutError):
+            next(results)
+        assert view._max_workers == ex._max_workers
+        assert list(view.map(children.double, range(5))) == [0, 2, 4, 6, 8]
+
+
+def test_the_pools_deadline_applies_to_submit_and_map_and_options_overrides_it():
+    with mizu.ProcessPoolExecutor(2, task_timeout=0.5) as ex:
+        assert isinstance(ex.submit(children.nap, WAIT).exception(timeout=WAIT), TimeoutError)
+        with pytest.raises(TimeoutError):
+            list(ex.map(children.nap, [WAIT]))
+        assert ex.options(task_timeout=WAIT).submit(children.nap, 1.0).result(timeout=WAIT) == 1.0
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
+
+
+BAD_ARGUMENTS = [
+    ({"task_timeout": "1"}, TypeError, "task_timeout"),
+    ({"task_timeout": [1]}, TypeError, "task_timeout"),
+    ({"task_timeout": 0}, ValueError, "task_timeout"),
+    ({"task_timeout": -1.5}, ValueError, "task_timeout"),
+    ({"worker_death": "ignore"}, ValueError, "worker_death"),
+    ({"worker_death": None}, ValueError, "worker_death"),
+    ({"max_worker_memory": 0}, ValueError, "max_worker_memory"),
+    ({"max_worker_memory": -1}, ValueError, "max_worker_memory"),
+    ({"max_worker_memory": "100MB"}, (TypeError, ValueError), "max_worker_memory"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, name", BAD_ARGUMENTS, ids=[repr(a[0]) for a in BAD_ARGUMENTS])
+def test_bad_arguments_are_refused_naming_the_argument(kwargs, error, name):
+    with pytest.raises(error, match=name) as info:
+        mizu.ProcessPoolExecutor(2, **kwargs)
+    assert "unexpected keyword" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, error", [("1", TypeError), (0, ValueError), (-0.1, ValueError)])
+def test_options_refuses_a_bad_deadline(value, error):
+    with mizu.ProcessPoolExecutor(1) as ex:
+        with pytest.raises(error, match="task_timeout"):
+            ex.options(task_timeout=value)
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
