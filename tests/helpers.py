@@ -4,6 +4,8 @@ Like the child programs (children.py here, each layer's <layer>_children.py
 in its folder), it is imported by name from IMPORT_PATH.
 """
 
+import collections
+import concurrent.futures
 import copyreg
 import os
 import queue
@@ -171,6 +173,29 @@ def announced_pid(path, timeout=60):
         return int(f.read())
 
 
+def tallies(path):
+    """How many times each task started, by the value it appended to path as the first word of a line (tasks that
+    tally their starts write "value pid")."""
+    if not os.path.exists(path):
+        return collections.Counter()
+    with open(path) as file:
+        return collections.Counter(line.split()[0] for line in file)
+
+
+def tally_pid(path, value, timeout=60):
+    """The pid of the worker that started the task of value, once it has appended "value pid" to path; fails after
+    timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if os.path.exists(path):
+            with open(path) as file:
+                for line in file:
+                    if line.split()[0] == str(value):
+                        return int(line.split()[1])
+        assert time.monotonic() < deadline, f"task {value} never started"
+        time.sleep(0.005)
+
+
 def returns_within(call, timeout):
     """Run call() in a thread and fail if it has not returned after timeout seconds (a hang, not a speed)."""
     failure = []
@@ -187,6 +212,33 @@ def returns_within(call, timeout):
     assert not thread.is_alive(), f"{call} did not return within {timeout} s"
     if failure:
         raise failure[0]
+
+
+def assert_stops(stop, future):
+    """stop(future) returns True and leaves the future cancelled: its result() raises CancelledError."""
+    assert stop(future) is True
+    assert future.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        future.result(timeout=0)
+
+
+def settle_one_in_ten_overrunning(submit, n, tally, timeout):
+    """Call submit(i, seconds) for i in range(n), every tenth task sleeping 5 s past a pool's short deadline, the
+    others not at all; check that those fail with TimeoutError, the others return i, and each task started once
+    (each appends "i pid" to tally as it starts). Returns the pids of the workers that ran them; fails if they have
+    not all settled after timeout seconds."""
+    futures = [submit(i, 5 if i % 10 == 0 else 0) for i in range(n)]
+    returns_within(lambda: concurrent.futures.wait(futures), timeout)
+    for i, future in enumerate(futures):
+        if i % 10 == 0:
+            assert isinstance(future.exception(), TimeoutError), (i, future)
+        else:
+            assert future.result() == i
+    assert tallies(tally) == {str(i): 1 for i in range(n)}
+    with open(tally) as file:
+        pids = {int(line.split()[1]) for line in file}
+    assert len(pids) > 2, "overrunning tasks ended no worker"
+    return pids
 
 
 def process_group(pgid):
@@ -231,6 +283,15 @@ def wait_group_ends(pgid, timeout):
     while process_group(pgid):
         assert time.monotonic() < deadline, f"processes {process_group(pgid)} of the client are still running"
         time.sleep(0.01)
+
+
+def resident_memory(pid):
+    """A process's resident memory in bytes (Linux)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"/proc/{pid}/status has no VmRSS")
 
 
 def memfds_of(pid):
