@@ -21,3 +21,11 @@ def test_busy_runs_count_the_runs_mizu_was_ahead():
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert re.search(r"^mizu ahead of ThreadPool in [012] of 2 runs\nmizu ahead of ProcessPool in [012] of 2 runs\n\Z",
                      out, re.M), out
+
+
+def test_control_bench_reports_mizu_beside_pebble_in_each_row():
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "control-bench.py"), "--quick"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert re.search(r"^uptime: .*load average", out, re.M), out
+    rows = re.findall(r"^  (\w+) +-?[\d.]+", out, re.M)
+    assert rows == ["mizu", "pebble", "mizu", "pebble", "stdlib", "mizu", "pebble"], out
