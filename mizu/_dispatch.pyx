@@ -7,7 +7,7 @@ The picture of the whole flow is drawn in mizu._pool.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 
-from mizu._collect cimport Collector
+from mizu._control cimport Controller
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, drop_task, new_future, set_running
 from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, chunks
@@ -44,7 +44,7 @@ cdef void interpreter_exits() noexcept:
     _interpreter_exiting = True
 
 
-cdef class Dispatcher(Collector):
+cdef class Dispatcher(Controller):
     """The pool sending its tasks: submit, the choice of a worker, each worker's ring and outbox."""
 
     def __init__(self, max_workers, launcher, max_tasks):
@@ -56,11 +56,15 @@ cdef class Dispatcher(Collector):
         """Start the pool for the future `first`, its first task (mizu._manager.Manager's)."""
         raise NotImplementedError
 
-    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None):
-        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape."""
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None, int64_t timeout_ns=-1):
+        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape.
+
+        timeout_ns: its deadline once started, in ns (0: none); -1: the pool's.
+        """
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
         cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
+        cell.timeout_ns = self.task_timeout_ns if timeout_ns < 0 else timeout_ns
         future = new_future(Future, cell)
         if self.send_owner == PyThread_get_thread_ident():
             # Submitted by the pickling code of a task that this thread is
@@ -182,6 +186,9 @@ cdef class Dispatcher(Collector):
                     self.send(worker, w.data(), w.size(), None)
                 else:
                     self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
+                if cell.timeout_ns:
+                    # It cannot start before now (see Watchdog.check_deadlines).
+                    self.arm(now_ns() + cell.timeout_ns)
             self.reserve()
         finally:
             self.send_owner = 0
@@ -275,7 +282,7 @@ cdef class Dispatcher(Collector):
         if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
-            if not worker.up or worker.outbox or worker.held or worker.in_flight.size() >= depth:
+            if not worker.up or worker.outbox or worker.held or worker.ending or worker.in_flight.size() >= depth:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
@@ -314,7 +321,7 @@ cdef class Dispatcher(Collector):
             return False
         now = now_ns()
         for worker in self.workers:
-            if worker.outbox:
+            if worker.outbox or worker.ending:
                 continue
             n = worker.in_flight.size()
             if n >= 2:
@@ -341,10 +348,7 @@ cdef class Dispatcher(Collector):
         if busiest is None:
             return False
         busiest.held = True
-        while busiest.in_flight.size() > 1:
-            self.pending.push_oldest(busiest.in_flight.pop_newest())
-            self.reserved += 1
-            busiest.started_tasks -= 1
+        self.requeue(busiest, 1)
         return True
 
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):

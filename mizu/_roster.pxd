@@ -28,6 +28,8 @@ cdef class Worker:
     cdef public unsigned long long popped_at_start   # the ring's count of popped messages when the process started
     cdef public bint up               # its process said it takes tasks (see Dispatcher.pick)
     cdef public bint starting         # its first process is starting, counted in Roster.coming
+    cdef public bint ending           # the pool ends its process (a deadline, stop): it takes no task, then is replaced
+    cdef int64_t kill_at              # while ending: when it gets SIGKILL unless it has exited (now_ns), or 0 once sent
     cdef double counted_until          # when its start stops counting against a paced pool's (see starting_now)
 
     cdef release(self)
@@ -40,6 +42,7 @@ cdef class Roster:
     cdef readonly bint on_demand
     cdef bint paced                     # on demand, starts a few at a time (see start_deferred)
     cdef readonly object idle, state_lock
+    cdef readonly object kicked         # set to wake the manager thread (mizu._manager)
     cdef readonly Fifo pending
     cdef readonly Lock send_lock
     cdef readonly set feeding           # workers whose outbox is not empty
@@ -52,6 +55,9 @@ cdef class Roster:
     cdef Py_ssize_t cores               # the CPUs this process may use
     cdef Py_ssize_t coming              # workers started that are not up yet
     cdef Py_ssize_t deferred            # starts that submits asked for, put off (see adjust)
+    cdef readonly int64_t task_timeout_ns   # a task's deadline unless submitted with its own, in ns; 0: none
+    cdef readonly bint replace_dead     # a worker that dies fails its own task only, and is replaced
+    cdef int64_t next_check_ns          # when a task's deadline may pass or an ending worker is due (Watchdog.check_deadlines)
     cdef readonly WorkFigures figures   # observers of the work (see tell)
     cdef readonly ProgressBars bars
     cdef object __weakref__
@@ -71,6 +77,8 @@ cdef class Roster:
     cdef Py_ssize_t starting_now(self)
     cdef launch(self, Worker worker)
     cdef outstanding(self)
+    cdef Py_ssize_t requeue(self, Worker worker, Py_ssize_t keep) except -1
+    cdef void arm(self, int64_t at_ns) noexcept
     cdef list take_futures(self)
     cdef close_workers(self, kill=*)
 

@@ -8,6 +8,7 @@ base of the engine's classes; the data flow is drawn in mizu._pool.
 
 from mizu._observers cimport LAUNCHED, ProgressBars, WorkFigures
 from mizu._sync cimport Fifo, Lock
+from mizu.includes.spin cimport kForever
 
 import collections
 import threading
@@ -99,12 +100,19 @@ cdef class Roster:
         self.send_lock = Lock()
         self.feeding = set()
         self.state_lock = threading.RLock()
+        self.kicked = threading.Event()
         self.cores = _core.usable_cpus()
         self.broken = None
         self.shutting_down = False
         self.started = False
+        self.next_check_ns = kForever
         self.figures = WorkFigures(self.roster)
         self.bars = ProgressBars()
+
+    def control(self, int64_t task_timeout_ns, bint replace_dead):
+        """Set the controls of running work (mizu._control): a task's deadline unless it has its own, replace_dead."""
+        self.task_timeout_ns = task_timeout_ns
+        self.replace_dead = replace_dead
 
     cdef grow(self):
         worker = self.roster[len(self.workers)]
@@ -216,6 +224,8 @@ cdef class Roster:
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
         worker.up = False
+        worker.ending = False
+        worker.kill_at = 0
         # A first start counts in `coming` (see pick); a successor, replacing
         # a retired process, does not hold the other workers' depth down.
         worker.starting = worker.process is None
@@ -254,6 +264,26 @@ cdef class Roster:
                 return future
         return None
 
+    cdef Py_ssize_t requeue(self, Worker worker, Py_ssize_t keep) except -1:
+        """Put worker's tasks in flight after its first `keep` back in front of `pending`, in order; how many. Under send_lock.
+
+        They must be withdrawn from its ring (or its process gone): they are
+        running futures that no process has claimed, as reserved tasks are,
+        and dispatch sends them again.
+        """
+        cdef Py_ssize_t n = 0
+        while worker.in_flight.size() > keep:
+            self.pending.push_oldest(worker.in_flight.pop_newest())
+            n += 1
+        self.reserved += n
+        worker.started_tasks -= n
+        return n
+
+    cdef void arm(self, int64_t at_ns) noexcept:
+        """Have whoever collects look at deadlines and ending workers by at_ns (now_ns's clock)."""
+        if at_ns < self.next_check_ns:
+            self.next_check_ns = at_ns
+
     cdef list take_futures(self):
         """Take the futures of every task not answered, pending or in flight, and drop the messages not sent."""
         cdef Worker worker
@@ -276,6 +306,10 @@ cdef class Roster:
         cdef Worker worker
         parts = [(worker.ring, worker.process, worker.channel) for worker in self.roster]
         procs = [proc for _, proc, _ in parts if proc is not None]
+        for worker in self.roster:
+            if worker.ending and worker.process is not None:
+                # Ended by the pool (mizu._control), and maybe ignoring SIGTERM.
+                signal_process(worker.process, "kill")
         for ring, _, _ in parts:
             if ring is not None:
                 ring.close()
