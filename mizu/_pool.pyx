@@ -7,7 +7,7 @@ Data flow (one shared segment per pool; the rings are in it):
                                                      pool's launcher (mizu._launchers):
   submit() / map()                                   Python processes (mizu._worker),
     | a Future, its task in its Cell, joins          or Rscript running the R package's
-    | `pending`                                      worker (mizu/rpackage/src/worker.cpp),
+    | `pending`                                      worker (mizu/_r/rpackage/src/worker.cpp),
     |                                                each driving the one worker loop
     |                                                (csrc/worker_loop.hpp)
     v
