@@ -28,7 +28,6 @@ __all__ = ["Dispatcher"]
 
 _TAKE_BACK = 0.001     # seconds a task runs before those queued behind it are taken back for an idle worker
 cdef int64_t _TAKE_BACK_NS = <int64_t>(_TAKE_BACK * 1e9)
-_UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
 
 cdef object _RUNNING = _base.RUNNING
 cdef bint _interpreter_exiting = False
@@ -229,22 +228,14 @@ cdef class Dispatcher(Controller):
             flags |= KEYWORDS
             call = (cell.first, cell.second)
         fn = cell.fn
-        evicted = unnamed = None
         if fn is worker.last_fn:
             fn_id = worker.last_fn_id
         elif self.codec.registrable(fn):
             known = worker.registered.get(fn)
             if known is None:
                 if self.codec.by_value and not named(fn):
-                    # A lambda or closure sent by value: the worker keeps at
-                    # most _UNNAMED_KEPT of them, the newest, a new one
-                    # taking the id of the oldest (the worker's registry
-                    # lets go of it then), or a loop making closures would
-                    # keep every one alive in both processes.
-                    unnamed = worker.unnamed
-                    if len(unnamed) >= _UNNAMED_KEPT:
-                        evicted, fn_id = next(iter(unnamed.items()))
-                if evicted is None:
+                    fn_id = self.sent_by_value.id_for(worker.index, fn, worker.registered, &self.last_fn_id)
+                else:
                     self.last_fn_id += 1
                     fn_id = self.last_fn_id
                 flags |= CALLABLE
@@ -259,10 +250,6 @@ cdef class Dispatcher(Controller):
         data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
         if flags & CALLABLE and fn_id:
             # Sent with it: the worker knows it from now on.
-            if evicted is not None:
-                del unnamed[evicted], worker.registered[evicted]
-            if unnamed is not None:
-                unnamed[fn] = fn_id
             worker.registered[fn] = worker.last_fn_id = fn_id
             worker.last_fn = fn
         return data

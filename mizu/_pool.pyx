@@ -75,8 +75,10 @@ they share), Watchdog (deaths, breaking), Collector (collecting,
 settling), Controller (deadlines, stopping a task, replacing a worker
 ended or dead), Dispatcher (sending), Manager (the manager thread, start and
 shutdown), and Pool, which puts them together. What only follows the work
-(insights' figures, maps' progress bars) is told of it through one hook,
-Roster.tell, and kept in mizu._observers.
+(insights' figures, maps' progress bars, the lambdas and closures each
+worker's process keeps, sent by value) is told of it through one hook,
+Roster.tell, and kept in mizu._observers; the dispatcher asks the last for
+the id to send such a callable under (SentByValue.id_for).
 """
 
 from mizu._manager cimport Manager

@@ -4,7 +4,7 @@ from libc.stdint cimport int64_t
 
 from mizu._core cimport _Ring
 from mizu._future cimport Cell
-from mizu._observers cimport Event, ProgressBars, WorkFigures
+from mizu._observers cimport SETTLED, Event, ProgressBars, SentByValue, WorkFigures
 from mizu._sync cimport Fifo, Lock
 
 cdef enum:
@@ -17,7 +17,6 @@ cdef class Worker:
     cdef readonly object outbox
     cdef readonly Fifo in_flight
     cdef readonly dict registered
-    cdef readonly dict unnamed         # of registered, the callables sent by value, oldest first
     cdef object last_fn                # the callable of the last task sent, and its id: registered[last_fn]
     cdef unsigned long long last_fn_id
     cdef public object process, watch, channel, failure
@@ -60,11 +59,14 @@ cdef class Roster:
     cdef int64_t next_check_ns          # when a task's deadline may pass or an ending worker is due (Watchdog.check_deadlines)
     cdef readonly WorkFigures figures   # observers of the work (see tell)
     cdef readonly ProgressBars bars
+    cdef SentByValue sent_by_value
     cdef object __weakref__
 
     cdef inline int tell(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1:
-        """Tell the observers of the pool's work (insights' figures, maps' progress bars) what happened."""
+        """Tell the observers of the pool's work (insights' figures, maps' progress bars, the callables sent by value) what happened."""
         self.figures.notify(event, index, cell, seconds)
+        if event != SETTLED:   # what a process keeps changes as processes start and end, not as tasks settle
+            self.sent_by_value.notify(event, index, cell, seconds)
         return self.bars.notify(event, index, cell, seconds)
 
     cdef grow(self)

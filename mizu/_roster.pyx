@@ -6,7 +6,7 @@ pending, whether the pool is broken or shutting down) is held here, at the
 base of the engine's classes; the data flow is drawn in mizu._pool.
 """
 
-from mizu._observers cimport LAUNCHED, ProgressBars, WorkFigures
+from mizu._observers cimport LAUNCHED, REPLACED, ProgressBars, SentByValue, WorkFigures
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.spin cimport kForever
 
@@ -39,7 +39,6 @@ cdef class Worker:
         self.in_flight = Fifo()
         self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
-        self.unnamed = {}             # those of them sent by value (by_value), oldest first
         self.last_fn = None
         self.started_tasks = 0        # tasks sent to the current process
 
@@ -47,7 +46,6 @@ cdef class Worker:
         self.ring = None
         self.process = self.watch = self.channel = self.last_fn = None
         self.registered.clear()
-        self.unnamed.clear()
 
 
 def _ring_slots(max_workers):
@@ -108,6 +106,7 @@ cdef class Roster:
         self.next_check_ns = kForever
         self.figures = WorkFigures(self.roster)
         self.bars = ProgressBars()
+        self.sent_by_value = SentByValue(max_workers)
 
     def control(self, int64_t task_timeout_ns, bint replace_dead):
         """Set the controls of running work (mizu._control): a task's deadline unless it has its own, replace_dead."""
@@ -217,7 +216,6 @@ cdef class Roster:
         # All set before the process starts: another thread may collect its
         # first notice (ready, or its initializer's failure) at once.
         worker.registered.clear()
-        worker.unnamed.clear()
         worker.last_fn = None
         worker.started_tasks = 0
         worker.held = False
@@ -230,8 +228,7 @@ cdef class Roster:
         # a retired process, does not hold the other workers' depth down.
         worker.starting = worker.process is None
         self.coming += worker.starting
-        if worker.starting:
-            self.tell(LAUNCHED, worker.index, None, 0.0)
+        self.tell(LAUNCHED if worker.starting else REPLACED, worker.index, None, 0.0)
         proc = None
         try:
             proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
