@@ -75,7 +75,10 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         CPUs this process may use (3.13+), or of the machine (before).
     mp_context : multiprocessing context, optional
         Starts the workers; by default the running Python's default context
-        (``spawn`` if `max_tasks_per_child` is given).
+        (``spawn`` if `max_tasks_per_child`, `task_timeout`,
+        ``worker_death="replace"`` or `max_worker_memory` is given: each
+        starts workers while the pool runs threads, which ``fork`` cannot
+        do safely).
     initializer : callable, optional
         Called in each worker, with `initargs`, before its first task. If it
         raises, the pool breaks as the stdlib's does.
@@ -114,7 +117,8 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     ------
     ValueError
         `max_workers` or `max_tasks_per_child` is not positive,
-        `max_tasks_per_child` is combined with a ``fork`` context,
+        `max_tasks_per_child` or a control that replaces workers is
+        combined with a ``fork`` context,
         ``MIZU_BY_VALUE`` is set to something other than 0, 1, false or true,
         `task_timeout` or `max_worker_memory` is not positive, or
         `worker_death` is neither ``"break"`` nor ``"replace"``.
@@ -138,12 +142,17 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             raise TypeError("initializer must be a callable")
         check_max_tasks(max_tasks_per_child)
         check_controls(task_timeout, worker_death, max_worker_memory)
-        if max_tasks_per_child is not None:
+        # What starts workers while the pool runs threads, which fork cannot do safely.
+        replacing = ("max_tasks_per_child" if max_tasks_per_child is not None else
+                     "task_timeout" if task_timeout is not None else
+                     "worker_death='replace'" if worker_death == "replace" else
+                     "max_worker_memory" if max_worker_memory is not None else None)
+        if replacing is not None:
             if mp_context is None:
                 mp_context = multiprocessing.get_context("spawn")
             elif mp_context.get_start_method(allow_none=False) == "fork":
-                raise ValueError("max_tasks_per_child is incompatible with the 'fork' multiprocessing start "
-                                 "method; supply a different mp_context.")
+                raise ValueError(f"{replacing} is incompatible with the 'fork' multiprocessing start "
+                                 f"method; supply a different mp_context.")
         if mp_context is None:
             mp_context = multiprocessing.get_context()
         self._mp_context = mp_context
