@@ -41,6 +41,11 @@ public:
     WaitStatus wait_readable(Waiter& w, const WaitOptions& opt) {
         return spsc_ ? spsc_->wait_readable(w, opt) : mpmc_->wait_readable(w, opt);
     }
+    // MpmcRing's; a ring with one producer needs no name for it.
+    void set_owner(uint32_t owner) noexcept {
+        if (mpmc_) mpmc_->set_owner(owner);
+    }
+    std::size_t void_abandoned(uint32_t owner) noexcept { return mpmc_ ? mpmc_->void_abandoned(owner) : 0; }
 
 private:
     explicit AnyRing(SpscRing r) : spsc_(r) {}

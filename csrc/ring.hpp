@@ -22,7 +22,15 @@
 // with increasing tickets; the consumer claims a message's ticket before it
 // acts on it, and the producer may withdraw the messages queued behind the
 // one being acted on, to act on them elsewhere. One word decides each race,
-// so a ticket is either claimed or withdrawn, never both.
+// so a ticket is either claimed or withdrawn, never both. The consumer
+// notes when it claimed its ticket, so that the producer can tell how long
+// the message it acts on has been acted on (a task's deadline).
+//
+// A consumer or producer that dies is the producer's to clean up after, once
+// it is gone: reset_consumer() drops what a dead consumer of a ring with one
+// consumer left unread, and MpmcRing::void_abandoned() completes, empty, the
+// slots that a dead producer claimed and never completed, which would hold
+// every later message back (a producer names itself in each slot it claims).
 #pragma once
 
 #include <atomic>
@@ -50,7 +58,7 @@ constexpr uint64_t kWithdrawn = uint64_t(1) << 63;
 struct Slot {
     std::atomic<uint64_t> seq;  // turn number less the slot's index: pos + 1 - index once pos is complete
     uint32_t len;
-    uint32_t reserved;
+    std::atomic<uint32_t> owner;  // MpmcRing: the producer that claimed it (see set_owner), 0 once popped
     char* data() noexcept { return reinterpret_cast<char*>(this + 1); }
 };
 
@@ -66,6 +74,7 @@ struct RingLayout {
     EventWord writable;  // producers sleep here while it is full
     // The last ticket claimed, or kWithdrawn | the last ticket withdrawn.
     alignas(kFalseSharingRange) std::atomic<uint64_t> tickets;
+    std::atomic<int64_t> claimed_at;  // when the consumer claimed its last ticket (now_ns's clock)
     // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
 };
 
@@ -109,13 +118,25 @@ public:
     // relaxed order suffices.
     //
     // The consumer, before acting on the message of ticket t (tickets
-    // increase message by message): false if the producer withdrew it.
-    bool claim(uint64_t ticket) noexcept {
+    // increase message by message), at now_ns: false if the producer withdrew it.
+    bool claim(uint64_t ticket, int64_t at = 0) noexcept {
+        // relaxed: published by the claim's release below.
+        r_->claimed_at.store(at, std::memory_order_relaxed);
         uint64_t word = r_->tickets.load(std::memory_order_relaxed);
         for (;;) {
             if ((word & kWithdrawn) && ticket <= (word & ~kWithdrawn)) return false;
-            if (r_->tickets.compare_exchange_weak(word, ticket, std::memory_order_relaxed)) return true;
+            if (r_->tickets.compare_exchange_weak(word, ticket, std::memory_order_release, std::memory_order_relaxed))
+                return true;
         }
+    }
+    // The producer: the consumer's last claim (a ticket, or kWithdrawn | the
+    // last ticket withdrawn since), and in `at` when it was made, or later:
+    // never earlier than the claim of the ticket returned.
+    uint64_t last_claim(int64_t& at) const noexcept {
+        // acquire: pairs with claim's release, so `at` is at least this claim's.
+        uint64_t word = r_->tickets.load(std::memory_order_acquire);
+        at = r_->claimed_at.load(std::memory_order_relaxed);
+        return word;
     }
     // The producer: withdraws the tickets after `acting` up to `last`, all
     // pushed, provided the consumer has claimed `acting` (the oldest ticket
@@ -128,6 +149,17 @@ public:
         bool on_acting = word == acting || ((word & kWithdrawn) && acting <= (word & ~kWithdrawn));
         if (!on_acting || last <= acting) return false;
         return r_->tickets.compare_exchange_strong(word, kWithdrawn | last, std::memory_order_relaxed);
+    }
+
+    // The producer, once the consumer of a ring with one consumer has died
+    // (and none runs): everything unread is dropped and the tickets start
+    // afresh, for the consumer that takes its place.
+    void reset_consumer() noexcept {
+        // relaxed: no consumer runs; the next one starts after this process
+        // has started it, which orders these stores before its loads.
+        r_->head.store(r_->tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        r_->tickets.store(0, std::memory_order_relaxed);
+        r_->readable.sleepers.store(0, std::memory_order_relaxed);
     }
 
     // After close(), pushes fail and pops drain what is left, then report closed.
@@ -307,6 +339,8 @@ public:
                 if (r_->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     res.slot = s;
                     res.pos = pos;
+                    // relaxed: read only once this process is dead (void_abandoned).
+                    s->owner.store(owner_, std::memory_order_relaxed);
                     s->len = len;
                     pass_baton(r_->writable, writable());
                     return true;
@@ -344,6 +378,8 @@ public:
         }
     }
     void end_pop(const Reservation& res) noexcept {
+        // relaxed: ordered before the next lap's claim by the release below.
+        res.slot->owner.store(0, std::memory_order_relaxed);
         // release: our reads finish before the producer of the next lap writes.
         set_turn(res.slot, res.pos, res.pos + r_->capacity, std::memory_order_release);
         notify(r_->writable);
@@ -370,8 +406,34 @@ public:
         }
     }
 
+    // This handle's producer names itself `owner` (its process id) in the
+    // slots it claims; 0, the default, names nobody.
+    void set_owner(uint32_t owner) noexcept { owner_ = owner; }
+    // Once the producer `owner` has died: completes each slot it claimed and
+    // never completed as an empty message, which consumers skip; returns how
+    // many. A producer that dies between its claim and naming itself (two
+    // stores apart) is not found.
+    std::size_t void_abandoned(uint32_t owner) noexcept {
+        std::size_t n = 0;
+        uint64_t tail = r_->tail.load(std::memory_order_relaxed);
+        for (uint64_t pos = r_->head.load(std::memory_order_relaxed); pos < tail; ++pos) {
+            Slot* s = slot(pos);
+            // relaxed: the dead producer's stores are ordered before its death,
+            // which this process has learned of through the kernel.
+            if (turn(s, pos, std::memory_order_relaxed) != pos || s->owner.load(std::memory_order_relaxed) != owner)
+                continue;
+            s->len = 0;
+            // release: as end_push's.
+            set_turn(s, pos, pos + 1, std::memory_order_release);
+            ++n;
+        }
+        if (n) notify(r_->readable, true);
+        return n;
+    }
+
 private:
     explicit MpmcRing(RingLayout* r) noexcept : RingOps(r) {}
+    uint32_t owner_ = 0;
 
     // Positions complete out of order when several processes push or pop,
     // so the wake-up for a later position can reach a sleeper that still

@@ -1,6 +1,10 @@
 #include "worker_loop.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -44,11 +48,15 @@ private:
 }  // namespace
 
 WorkerLoop::WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Waiter& result_waiter,
-                       const PeerWatch& client, uint16_t index, long max_tasks, const WorkerLanguage& language)
+                       const PeerWatch& client, uint16_t index, long max_tasks, int64_t max_memory,
+                       const WorkerLanguage& language)
     : tasks_(tasks), task_waiter_(task_waiter), results_(results), result_waiter_(result_waiter), client_(client),
-      index_(index), max_tasks_(max_tasks), language_(language), spin_limit_ns_(task_waiter.spin_limit_ns()) {
+      index_(index), max_tasks_(max_tasks), max_memory_(max_memory), language_(language),
+      spin_limit_ns_(task_waiter.spin_limit_ns()) {
     if (!language.prepare || !language.drop || !language.run || !language.release != !language.reacquire)
         throw std::invalid_argument("a worker's language must supply prepare, drop and run, and release with reacquire");
+    if (max_memory_ > 0) statm_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    results_.set_owner(uint32_t(::getpid()));
     // The idle hook runs each slice; the thread of PeerWatch::die_with ends
     // the worker sooner when its client dies, so an idle worker need not
     // wake often.
@@ -57,6 +65,22 @@ WorkerLoop::WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Wa
     // starting other workers meanwhile (a fork pool starts every worker at
     // once), and their starts want the CPUs.
     task_waiter_.set_spin_limit_ns(0);
+}
+
+WorkerLoop::~WorkerLoop() {
+    if (statm_ >= 0) ::close(statm_);
+}
+
+int64_t WorkerLoop::resident_bytes() const noexcept {
+    // statm: the sizes in pages of the whole process, then of what is resident.
+    char buf[128];
+    ssize_t n = statm_ < 0 ? -1 : ::pread(statm_, buf, sizeof buf - 1, 0);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    char* end = nullptr;
+    std::strtoll(buf, &end, 10);
+    long long pages = std::strtoll(end, nullptr, 10);
+    return int64_t(pages) * ::sysconf(_SC_PAGESIZE);
 }
 
 WaitOptions WorkerLoop::wait_options() const noexcept {
@@ -132,7 +156,8 @@ WorkerLoop::Stop WorkerLoop::serve() {
             stop_ = Stop::language;
             return stop_;
         }
-        if (!tasks_.base().claim(m.task.task_id)) {
+        int64_t start = now_ns();
+        if (!tasks_.base().claim(m.task.task_id, start)) {
             // The client took the task back to run it on an idle worker.
             if (language_.drop(language_.self)) continue;
             stop_ = Stop::language;
@@ -140,8 +165,7 @@ WorkerLoop::Stop WorkerLoop::serve() {
         }
         task_ = m.task;
         running_ = true;
-        start_ns_ = now_ns();
-        stop_ = Stop::client_gone;
+        start_ns_ = start;
         if (!language_.run(language_.self, *this)) {
             stop_ = Stop::language;
             return stop_;
@@ -207,7 +231,8 @@ bool WorkerLoop::notice(messages::Status status) {
 
 void WorkerLoop::task_done() {
     running_ = false;
-    if (max_tasks_ > 0 && ++done_ >= max_tasks_) {
+    ++done_;
+    if ((max_tasks_ > 0 && done_ >= max_tasks_) || (max_memory_ > 0 && resident_bytes() > max_memory_)) {
         retired_ = true;
         notice(messages::Status::retiring);
     }

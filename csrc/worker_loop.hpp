@@ -4,7 +4,8 @@
 // envelope; claim the task once the language has read its call; time it;
 // send its outcome, in chunks if it needs more than a slot; watch the
 // client all along; send the notices that carry no value; count the tasks
-// against max_tasks. A kind of worker supplies a WorkerLanguage: how it
+// against max_tasks, and retire once a task leaves the process's resident
+// memory above max_memory. A kind of worker supplies a WorkerLanguage: how it
 // reads a task's call, runs it and encodes its outcome.
 #pragma once
 
@@ -62,9 +63,14 @@ public:
     // size (a slot's, and then some).
     static constexpr std::size_t kKeptMessageBytes = 64 << 10;
 
-    // The rings, and their waiters, outlive the loop. max_tasks 0: no limit.
+    // The rings, and their waiters, outlive the loop. max_tasks, max_memory
+    // (bytes resident after a task) 0: no limit. The loop names its process
+    // in the result ring's slots it claims (MpmcRing::set_owner).
     WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Waiter& result_waiter, const PeerWatch& client,
-               uint16_t index, long max_tasks, const WorkerLanguage& language);
+               uint16_t index, long max_tasks, int64_t max_memory, const WorkerLanguage& language);
+    ~WorkerLoop();
+    WorkerLoop(const WorkerLoop&) = delete;
+    WorkerLoop& operator=(const WorkerLoop&) = delete;
 
     // Runs tasks until the client is gone, max_tasks are done, or the
     // language stops it. Throws std::invalid_argument for a message that is
@@ -81,7 +87,8 @@ public:
     // A notice with no task and no value (ready, retiring); as send.
     bool notice(messages::Status status);
     // The running task's outcome is sent: counts it against max_tasks, and
-    // retires the worker (the notice sent) once they are done.
+    // retires the worker (the notice sent) once they are done, or once the
+    // process holds more than max_memory.
     void task_done();
 
     // The task claimed last, until task_done(); null between tasks.
@@ -96,6 +103,8 @@ private:
     // Whether serve() goes on after a wait that ended with st.
     bool waited(WaitStatus st);
     WaitOptions wait_options() const noexcept;
+    // The process's resident memory in bytes, or -1 if it cannot be read.
+    int64_t resident_bytes() const noexcept;
 
     AnyRing& tasks_;
     Waiter& task_waiter_;
@@ -104,6 +113,8 @@ private:
     const PeerWatch& client_;
     uint16_t index_;
     long max_tasks_;
+    int64_t max_memory_;
+    int statm_ = -1;          // /proc/self/statm, open while max_memory is set
     WorkerLanguage language_;
 
     messages::Reassembler chunks_;

@@ -15,6 +15,7 @@ _LAZY = {
     "RExecutor": ("mizu._r.executor", "RExecutor"),
     "RError": ("mizu._r.codec", "RError"),
     "RWarning": ("mizu._r.codec", "RWarning"),
+    "WorkerDied": ("mizu._errors", "WorkerDied"),
     "__version__": ("mizu._version", "__version__"),
 }
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from mizu._arena import arena_block, default_arena
     from mizu._arrays import asarray, empty, empty_like, full, zeros, zeros_like
     from mizu._core import PeerDiedError
+    from mizu._errors import WorkerDied
     from mizu._executor import ProcessPoolExecutor
     from mizu._executor import ProcessPoolExecutor as Executor
     from mizu._insights import Insights, SlowTask, WorkerInsights
@@ -154,6 +156,7 @@ __all__ = [
     "RExecutor",
     "RWarning",
     "SlowTask",
+    "WorkerDied",
     "WorkerInsights",
     "__version__",
     "arena_block",

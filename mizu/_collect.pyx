@@ -164,9 +164,12 @@ cdef class Collector(Watchdog):
                 checked = now
                 self.check_workers()
                 continue
-            wait = min(SLICE_NS, deadline_ns - now)
+            wait = min(SLICE_NS, deadline_ns - now, max(0, self.next_check_ns - now))
             if wait <= 0:
-                return
+                if now >= deadline_ns:
+                    return
+                self.check_workers()   # a task's deadline, or an ending worker, is due
+                continue
             if self.feeding or self.unbalanced:
                 # Chunks of a large task wait for room in a worker's ring,
                 # which frees as the worker reads: keep feeding it. Or
@@ -239,6 +242,8 @@ cdef class Collector(Watchdog):
         cdef int status
         cdef bint raised
         cdef unsigned long long task_id
+        if not PyBytes_GET_SIZE(slot):
+            return   # left half-written by a worker that died (Controller.recover)
         try:
             if is_chunk(slot):
                 try:
@@ -329,6 +334,17 @@ cdef class Collector(Watchdog):
     cdef replace(self, Worker worker):
         worker.process.join()
         self.reassembler.forget(worker.index)
+        # What it did not claim (a worker that retired for its memory, or
+        # died, leaves tasks queued) is sent again, to its successor or
+        # another worker; the ring starts afresh.
+        self.send_lock.take(kForever)
+        try:
+            self.requeue(worker, 0)
+            worker.outbox.clear()
+            self.feeding.discard(worker)
+            worker.ring.reset_consumer()
+        finally:
+            self.send_lock.give()
         failed = None
         with self.state_lock:
             wanted = self.broken is None and not (self.shutting_down and self.outstanding() is None)

@@ -1,6 +1,6 @@
 # The core's extension types, for other Cython modules of mizu to call at C speed.
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp.memory cimport unique_ptr
 
 from mizu.includes.any_ring cimport AnyRing
@@ -37,6 +37,7 @@ cdef class _Ring:
     cdef object _pop(self, object timeout, PeerWatch peer, bint spin)
     cdef bint _claim(self, uint64_t ticket) noexcept
     cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept
+    cdef uint64_t _last_claim(self, int64_t* at) noexcept
 
 
 cdef class SpscRing(_Ring):

@@ -390,11 +390,40 @@ cdef class _Ring:
         """
         return self._withdraw(acting, last)
 
+    def last_claim(self):
+        """(the consumer's last claim, when it made it): a ticket, or 2**63 | the last ticket withdrawn since.
+
+        The time is now_ns's clock (CLOCK_MONOTONIC, in ns), and never
+        earlier than the claim of the ticket returned.
+        """
+        cdef int64_t at = 0
+        word = self._last_claim(&at)
+        return word, at
+
+    def reset_consumer(self):
+        """The producer, once the one consumer has died: drop what it left unread; tickets start afresh."""
+        self.ring.get().base().reset_consumer()
+
+    def set_owner(self, owner):
+        """An MpmcRing's producer names itself `owner` (a process id) in each slot it claims."""
+        self.ring.get().set_owner(owner)
+
+    def void_abandoned(self, owner):
+        """Once producer `owner` has died: complete as empty messages the slots it claimed and never completed.
+
+        Consumers would otherwise wait on the first of them forever. Returns
+        how many there were.
+        """
+        return self.ring.get().void_abandoned(owner)
+
     cdef bint _claim(self, uint64_t ticket) noexcept:
-        return self.ring.get().base().claim(ticket)
+        return self.ring.get().base().claim(ticket, now_ns())
 
     cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept:
         return self.ring.get().base().withdraw(acting, last)
+
+    cdef uint64_t _last_claim(self, int64_t* at) noexcept:
+        return self.ring.get().base().last_claim(at[0])
 
     def close(self):
         """Close the ring for every process: pushes fail, pops drain what is left and then raise EOFError."""

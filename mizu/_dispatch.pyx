@@ -7,7 +7,7 @@ The picture of the whole flow is drawn in mizu._pool.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 
-from mizu._collect cimport Collector
+from mizu._control cimport Controller
 from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, drop_task, new_future, set_running
 from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, chunks
@@ -28,7 +28,6 @@ __all__ = ["Dispatcher"]
 
 _TAKE_BACK = 0.001     # seconds a task runs before those queued behind it are taken back for an idle worker
 cdef int64_t _TAKE_BACK_NS = <int64_t>(_TAKE_BACK * 1e9)
-_UNNAMED_KEPT = 64    # functions sent by value that a worker keeps registered (see task_message)
 
 cdef object _RUNNING = _base.RUNNING
 cdef bint _interpreter_exiting = False
@@ -44,7 +43,7 @@ cdef void interpreter_exits() noexcept:
     _interpreter_exiting = True
 
 
-cdef class Dispatcher(Collector):
+cdef class Dispatcher(Controller):
     """The pool sending its tasks: submit, the choice of a worker, each worker's ring and outbox."""
 
     def __init__(self, max_workers, launcher, max_tasks):
@@ -56,11 +55,15 @@ cdef class Dispatcher(Collector):
         """Start the pool for the future `first`, its first task (mizu._manager.Manager's)."""
         raise NotImplementedError
 
-    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None):
-        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape."""
+    cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None, int64_t timeout_ns=-1):
+        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape.
+
+        timeout_ns: its deadline once started, in ns (0: none); -1: the pool's.
+        """
         cdef Cell cell = Cell.__new__(Cell)
         cell.pool = self.ref
         cell.kind, cell.fn, cell.first, cell.second, cell.calls = kind, fn, first, second, calls
+        cell.timeout_ns = self.task_timeout_ns if timeout_ns < 0 else timeout_ns
         future = new_future(Future, cell)
         if self.send_owner == PyThread_get_thread_ident():
             # Submitted by the pickling code of a task that this thread is
@@ -182,6 +185,9 @@ cdef class Dispatcher(Collector):
                     self.send(worker, w.data(), w.size(), None)
                 else:
                     self.send(worker, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), data)
+                if cell.timeout_ns:
+                    # It cannot start before now (see Watchdog.check_deadlines).
+                    self.arm(now_ns() + cell.timeout_ns)
             self.reserve()
         finally:
             self.send_owner = 0
@@ -222,22 +228,14 @@ cdef class Dispatcher(Collector):
             flags |= KEYWORDS
             call = (cell.first, cell.second)
         fn = cell.fn
-        evicted = unnamed = None
         if fn is worker.last_fn:
             fn_id = worker.last_fn_id
         elif self.codec.registrable(fn):
             known = worker.registered.get(fn)
             if known is None:
                 if self.codec.by_value and not named(fn):
-                    # A lambda or closure sent by value: the worker keeps at
-                    # most _UNNAMED_KEPT of them, the newest, a new one
-                    # taking the id of the oldest (the worker's registry
-                    # lets go of it then), or a loop making closures would
-                    # keep every one alive in both processes.
-                    unnamed = worker.unnamed
-                    if len(unnamed) >= _UNNAMED_KEPT:
-                        evicted, fn_id = next(iter(unnamed.items()))
-                if evicted is None:
+                    fn_id = self.sent_by_value.id_for(worker.index, fn, worker.registered, &self.last_fn_id)
+                else:
                     self.last_fn_id += 1
                     fn_id = self.last_fn_id
                 flags |= CALLABLE
@@ -252,10 +250,6 @@ cdef class Dispatcher(Collector):
         data = self.codec.encode(w, &head, sizeof(TaskHeader), call, 0, worker.channel)
         if flags & CALLABLE and fn_id:
             # Sent with it: the worker knows it from now on.
-            if evicted is not None:
-                del unnamed[evicted], worker.registered[evicted]
-            if unnamed is not None:
-                unnamed[fn] = fn_id
             worker.registered[fn] = worker.last_fn_id = fn_id
             worker.last_fn = fn
         return data
@@ -275,7 +269,7 @@ cdef class Dispatcher(Collector):
         if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
-            if not worker.up or worker.outbox or worker.held or worker.in_flight.size() >= depth:
+            if not worker.up or worker.outbox or worker.held or worker.ending or worker.in_flight.size() >= depth:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
@@ -314,7 +308,7 @@ cdef class Dispatcher(Collector):
             return False
         now = now_ns()
         for worker in self.workers:
-            if worker.outbox:
+            if worker.outbox or worker.ending:
                 continue
             n = worker.in_flight.size()
             if n >= 2:
@@ -341,10 +335,7 @@ cdef class Dispatcher(Collector):
         if busiest is None:
             return False
         busiest.held = True
-        while busiest.in_flight.size() > 1:
-            self.pending.push_oldest(busiest.in_flight.pop_newest())
-            self.reserved += 1
-            busiest.started_tasks -= 1
+        self.requeue(busiest, 1)
         return True
 
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):

@@ -4,7 +4,7 @@ import errno
 import reprlib
 import signal
 import traceback
-from concurrent.futures.process import _RemoteTraceback
+from concurrent.futures.process import BrokenProcessPool, _RemoteTraceback
 
 from mizu._messages import CALL, DECODING, FLAT, INITIALIZER, SINGLE, STARTING
 from mizu._r.texts import function_label
@@ -109,6 +109,34 @@ def short_of_processes(exc):
     """Whether exc is what starting a process or a thread raises once the system gives no more of them."""
     return (isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)
             or isinstance(exc, RuntimeError) and str(exc) == "can't start new thread")
+
+
+class WorkerDied(BrokenProcessPool):
+    """WorkerDied(message, pid, exitcode, signal, task)
+
+    The worker running a task died (a crash, ``os._exit``, the OOM killer,
+    a kill) in a pool made with ``worker_death="replace"``: only that task
+    fails, and the pool replaces the worker. A subclass of
+    `BrokenProcessPool`, so that handlers of the stdlib's error catch it.
+
+    Attributes
+    ----------
+    pid : int
+        The process that died.
+    exitcode : int or None
+        Its exit status, if it exited; None if a signal ended it.
+    signal : int or None
+        The signal that ended it, if one did.
+    task : str or None
+        The call it was running, shortened.
+    """
+
+    def __init__(self, message, pid, exitcode, signal, task):
+        super().__init__(message)
+        self.pid, self.exitcode, self.signal, self.task = pid, exitcode, signal, task
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.pid, self.exitcode, self.signal, self.task)
 
 
 def obituary(process, failure, took_a_task, task, starting_hint, setup_name="initializer"):

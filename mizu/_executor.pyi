@@ -5,7 +5,7 @@ from concurrent.futures import ProcessPoolExecutor as _StdlibProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from threading import RLock, Thread
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from mizu._executor_base import ExecutorBase
 
@@ -38,8 +38,24 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
         *,
         max_tasks_per_child: int | None = None,
         by_value: bool | None = None,
+        task_timeout: float | None = None,
+        worker_death: Literal["break", "replace"] = "break",
+        max_worker_memory: int | None = None,
     ) -> None: ...
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]: ...
+    def _submit(
+        self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int
+    ) -> Future[_T]: ...
+    def _map(
+        self,
+        fn: Callable[..., _T],
+        iterables: tuple[Iterable[Any], ...],
+        timeout: float | None,
+        chunksize: int,
+        buffersize: int | None,
+        progress: bool | Mapping[str, Any] | None,
+        timeout_ns: int = -1,
+    ) -> Iterator[_T]: ...
     if sys.version_info >= (3, 14):
         def map(
             self,

@@ -13,7 +13,7 @@ import os
 import sys
 from concurrent.futures import process as _process
 
-from mizu._executor_base import ExecutorBase, check_max_tasks, checked_workers
+from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
 from mizu._pickler import by_value as pickling_by_value
@@ -59,7 +59,7 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
 
 
 class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
-    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None)
+    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break", max_worker_memory=None)
 
     An Executor that runs calls in worker processes, through shared memory.
 
@@ -75,7 +75,10 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         CPUs this process may use (3.13+), or of the machine (before).
     mp_context : multiprocessing context, optional
         Starts the workers; by default the running Python's default context
-        (``spawn`` if `max_tasks_per_child` is given).
+        (``spawn`` if `max_tasks_per_child` is given, and ``forkserver`` in
+        place of ``fork`` if `task_timeout`, ``worker_death="replace"`` or
+        `max_worker_memory` is: each starts workers while the pool runs
+        threads, which ``fork`` cannot do safely).
     initializer : callable, optional
         Called in each worker, with `initargs`, before its first task. If it
         raises, the pool breaks as the stdlib's does.
@@ -93,15 +96,35 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         still goes to a worker once. By default (None) the ``MIZU_BY_VALUE``
         environment variable decides (``1`` or ``true``: on); off, as in the
         stdlib, they are pickled by name. Not in the stdlib's signature.
+    task_timeout : float, optional
+        Seconds each task may run once a worker has started it. A task past
+        it fails with `TimeoutError`, and its worker is ended (SIGTERM, then
+        SIGKILL) and replaced; the tasks queued behind it run on other
+        workers. By default there is no limit. `options` sets it for some
+        tasks only. Not in the stdlib's signature.
+    worker_death : {"break", "replace"}
+        What a worker's death does: ``"break"``, the stdlib's, breaks the
+        pool (`BrokenProcessPool` for every pending task); ``"replace"``
+        fails only the task it ran, with `mizu.WorkerDied`, and starts a
+        new worker in its place. A worker that dies before it is up breaks
+        the pool either way. Not in the stdlib's signature.
+    max_worker_memory : int, optional
+        Bytes of resident memory a worker may hold after a task: above them
+        it is replaced before its next task, as `max_tasks_per_child`
+        replaces it after a count. Not in the stdlib's signature.
 
     Raises
     ------
     ValueError
         `max_workers` or `max_tasks_per_child` is not positive,
-        `max_tasks_per_child` is combined with a ``fork`` context, or
-        ``MIZU_BY_VALUE`` is set to something other than 0, 1, false or true.
+        `max_tasks_per_child` or a control that replaces workers is
+        combined with a ``fork`` context,
+        ``MIZU_BY_VALUE`` is set to something other than 0, 1, false or true,
+        `task_timeout` or `max_worker_memory` is not positive, or
+        `worker_death` is neither ``"break"`` nor ``"replace"``.
     TypeError
-        `initializer` is not callable, `max_tasks_per_child` is not an int,
+        `initializer` is not callable, `max_tasks_per_child` or
+        `max_worker_memory` is not an int, `task_timeout` is not a number,
         or `by_value` is not a bool or None.
     ImportError
         Pickling by value is on and cloudpickle is not installed.
@@ -112,23 +135,36 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     """
 
     def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
-                 max_tasks_per_child=None, by_value=None):
+                 max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break",
+                 max_worker_memory=None):
         max_workers = checked_workers(max_workers, _default_workers)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         check_max_tasks(max_tasks_per_child)
-        if max_tasks_per_child is not None:
+        check_controls(task_timeout, worker_death, max_worker_memory)
+        # What starts workers while the pool runs threads, which fork cannot do safely.
+        replacing = ("max_tasks_per_child" if max_tasks_per_child is not None else
+                     "task_timeout" if task_timeout is not None else
+                     "worker_death='replace'" if worker_death == "replace" else
+                     "max_worker_memory" if max_worker_memory is not None else None)
+        if replacing is not None:
             if mp_context is None:
-                mp_context = multiprocessing.get_context("spawn")
+                # The stdlib's choice for max_tasks_per_child; for the others,
+                # the default unless it is fork, else forkserver, whose
+                # workers start in a fraction of spawn's time.
+                default = multiprocessing.get_context()
+                mp_context = (multiprocessing.get_context("spawn") if max_tasks_per_child is not None else
+                              default if default.get_start_method() != "fork" else
+                              multiprocessing.get_context("forkserver"))
             elif mp_context.get_start_method(allow_none=False) == "fork":
-                raise ValueError("max_tasks_per_child is incompatible with the 'fork' multiprocessing start "
-                                 "method; supply a different mp_context.")
+                raise ValueError(f"{replacing} is incompatible with the 'fork' multiprocessing start "
+                                 f"method; supply a different mp_context.")
         if mp_context is None:
             mp_context = multiprocessing.get_context()
         self._mp_context = mp_context
         launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
-                                           pickling_by_value(by_value))
-        self._start_pool(max_workers, launcher, max_tasks_per_child)
+                                           pickling_by_value(by_value), max_worker_memory)
+        self._start_pool(max_workers, launcher, max_tasks_per_child, task_timeout, worker_death)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -144,7 +180,11 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         """
         return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress):
+    def _submit(self, fn, args, kwargs, timeout_ns):
+        # A view's (options): the task's deadline its own.
+        return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
+
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1):
         if "submit" in self.__dict__ or type(self).submit is not ProcessPoolExecutor.submit:
             # A submit of its own, set on this pool (tqdm's process_map
             # counts the futures it returns) or a subclass's, sees every
@@ -152,10 +192,14 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             if wanted(progress):
                 raise TypeError("progress cannot be combined with a submit of the pool's own (set on it, or a "
                                 "subclass's); leave progress=False, or count the futures that submit returns")
+            if timeout_ns >= 0:
+                raise TypeError("task_timeout cannot be set through options() on a pool with a submit of its own "
+                                "(set on it, or a subclass's): set it on the pool")
             extra = {} if buffersize is None else {"buffersize": buffersize}
             return _process.ProcessPoolExecutor.map(self, fn, *iterables, timeout=timeout, chunksize=chunksize,
                                                     **extra)
-        return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress)
+        return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress,
+                           timeout_ns)
 
     if sys.version_info >= (3, 14):
         def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):

@@ -1,17 +1,23 @@
 """What every Executor over mizu's pool shares, whatever its workers: the checks of their common arguments, the pool.
 
 Each public Executor (mizu._executor's for Python workers, mizu._r.executor's
-for R workers) checks its arguments, with `checked_workers` and
-`check_max_tasks` for those they have in common, makes the launcher of its
-kind of worker (mizu._launchers.Launcher) and starts its pool with
-`ExecutorBase._start_pool`; `insights` and `shutdown` are the pool's.
+for R workers) checks its arguments, with `checked_workers`,
+`check_max_tasks` and `check_controls` for those they have in common, makes
+the launcher of its kind of worker (mizu._launchers.Launcher) and starts its
+pool with `ExecutorBase._start_pool`; `insights`, `shutdown`, `stop` and
+`options` are the pool's. Each supplies `_submit` and `_map`, which the
+views that `options` returns call with their controls.
 """
 
+import math
+import numbers
 import weakref
 
 from mizu._pool import Pool
 
-__all__ = ["ExecutorBase", "check_max_tasks", "checked_workers"]
+__all__ = ["ExecutorBase", "PoolOptions", "check_controls", "check_max_tasks", "checked_workers"]
+
+_WORKER_DEATHS = ("break", "replace")
 
 
 def checked_workers(max_workers, default):
@@ -32,12 +38,69 @@ def check_max_tasks(max_tasks_per_child):
             raise ValueError("max_tasks_per_child must be >= 1")
 
 
+def _timeout_ns(task_timeout):
+    """task_timeout (seconds, or None) in ns (0: none), or the error that says what is wrong with it."""
+    if task_timeout is None:
+        return 0
+    if isinstance(task_timeout, bool) or not isinstance(task_timeout, numbers.Real):
+        raise TypeError(f"task_timeout must be a number of seconds, or None for no limit, not "
+                        f"{type(task_timeout).__name__}")
+    if not task_timeout > 0:
+        raise ValueError(f"task_timeout must be more than 0 seconds (None: no limit), not {task_timeout!r}")
+    return 0 if math.isinf(task_timeout) else max(1, int(task_timeout * 1e9))
+
+
+def check_controls(task_timeout, worker_death, max_worker_memory):
+    """Raise, saying what to pass instead, unless the controls of running work are valid."""
+    _timeout_ns(task_timeout)
+    if worker_death not in _WORKER_DEATHS:
+        raise ValueError(f"worker_death must be 'break' (a dead worker breaks the pool, as the stdlib's) or "
+                         f"'replace' (it fails only its task and is replaced), not {worker_death!r}")
+    if max_worker_memory is not None:
+        if isinstance(max_worker_memory, bool) or not isinstance(max_worker_memory, numbers.Integral):
+            raise TypeError(f"max_worker_memory must be a number of bytes (an int), or None for no limit, not "
+                            f"{type(max_worker_memory).__name__}")
+        if max_worker_memory <= 0:
+            raise ValueError(f"max_worker_memory must be more than 0 bytes (None: no limit), not {max_worker_memory!r}")
+
+
+class PoolOptions:
+    """A view of an Executor whose submit and map give their tasks other controls: what Executor.options returns.
+
+    Everything else is the Executor's own: shutting the view down shuts
+    the pool down.
+    """
+
+    def __init__(self, executor, timeout_ns):
+        self._executor, self._timeout_ns = executor, timeout_ns
+
+    def submit(self, fn, /, *args, **kwargs):
+        """As the Executor's submit, with this view's task_timeout."""
+        return self._executor._submit(fn, args, kwargs, self._timeout_ns)
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
+        """As the Executor's map, with this view's task_timeout: each task is one chunk of `chunksize` calls."""
+        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns)
+
+    def options(self, **controls):
+        """A view with these controls in place of this one's (Executor.options)."""
+        controls.setdefault("task_timeout", self._timeout_ns * 1e-9 or None)
+        return self._executor.options(**controls)
+
+    def __getattr__(self, name):
+        return getattr(self._executor, name)
+
+    def __repr__(self):
+        return f"<options of {self._executor!r}: task_timeout={self._timeout_ns * 1e-9 or None}>"
+
+
 class ExecutorBase:
     """The part of an Executor over mizu's pool (mizu._pool.Pool) that does not depend on its kind of worker."""
 
-    def _start_pool(self, max_workers, launcher, max_tasks_per_child):
+    def _start_pool(self, max_workers, launcher, max_tasks_per_child, task_timeout=None, worker_death="break"):
         self._max_workers = max_workers
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
+        self._pool.control(_timeout_ns(task_timeout), worker_death == "replace")
         # Collecting the executor shuts the pool down; work already submitted still completes, unless
         # max_tasks_per_child retires every worker first.
         weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
@@ -57,6 +120,52 @@ class ExecutorBase:
             workers' figures as of their end.
         """
         return self._pool.insights()
+
+    def options(self, *, task_timeout=None):
+        """options(*, task_timeout=None)
+
+        A view of this pool whose `submit` and `map` give each task these
+        controls; everything else is the pool's own. Not in the stdlib's
+        Executor.
+
+        Parameters
+        ----------
+        task_timeout : float, optional
+            Seconds each task may run once a worker has started it (None: no
+            limit), in place of the pool's.
+
+        Returns
+        -------
+        PoolOptions
+            The view.
+
+        Raises
+        ------
+        TypeError, ValueError
+            `task_timeout` is not a number of seconds > 0 or None.
+        """
+        return PoolOptions(self, _timeout_ns(task_timeout))
+
+    def stop(self, future):
+        """stop(future)
+
+        Stop the task of `future`, pending or running: its future is then
+        cancelled. A running task's worker is ended (SIGTERM, then SIGKILL)
+        and replaced; the tasks queued behind it run on other workers. Not
+        in the stdlib's Executor, whose ``future.cancel()`` cannot stop a
+        running task (nor can this pool's).
+
+        Returns
+        -------
+        bool
+            Whether it stopped the task: False if it had already ended.
+
+        Raises
+        ------
+        ValueError
+            `future` is not one that this Executor's submit or map returned.
+        """
+        return self._pool.stop(future)
 
     def shutdown(self, wait=True, *, cancel_futures=False):
         """shutdown(wait=True, *, cancel_futures=False)

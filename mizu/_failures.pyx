@@ -8,6 +8,9 @@ was running and, when its initializer or the unpickling of a task raised,
 that error (the worker sends its traceback before it exits; the texts are
 mizu._errors'). The other workers get SIGTERM, and SIGKILL if they outlast a
 grace period.
+
+Asked for (worker_death="replace"), or when the pool ended it, a worker
+that dies is replaced instead (mizu._control).
 """
 
 from libcpp.vector cimport vector
@@ -17,6 +20,7 @@ from mizu._future cimport Cell, cell_of, drop_task
 from mizu._messages cimport STARTING
 from mizu._roster cimport Roster, Worker
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
+from mizu.includes.spin cimport now_ns
 
 import time
 from concurrent.futures import _base
@@ -35,9 +39,15 @@ cdef class Watchdog(Roster):
         """Collect the results in the ring, then dispatch what waits (mizu._collect.Collector's)."""
         raise NotImplementedError
 
+    cdef replace(self, Worker worker):
+        """Start a successor for worker, whose process has exited (mizu._collect.Collector's)."""
+        raise NotImplementedError
+
     cdef check_workers(self):
-        """Break the pool if a worker died without retiring. Called with recv_lock held."""
+        """Break the pool if a worker died without retiring, or replace it. Called with recv_lock held."""
         cdef vector[CPeerWatch*] watches
+        if now_ns() >= self.next_check_ns:
+            self.check_deadlines()
         for worker in self.workers:
             if worker.watch is not None:
                 watches.push_back((<PeerWatch>worker.watch).watch.get())
@@ -51,6 +61,9 @@ cdef class Watchdog(Roster):
             if worker.watch.alive() or self.broken is not None:
                 continue
             _reap(worker.process)
+            if worker.ending or (self.replace_dead and worker.up and worker.failure is None):
+                self.recover(worker)
+                continue
             if not worker.up and worker.failure is not None and worker.failure[0] == STARTING:
                 if self.leave_out(worker):
                     continue
@@ -58,6 +71,14 @@ cdef class Watchdog(Roster):
                 return
             self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
             return
+
+    cdef check_deadlines(self):
+        """End the tasks past their deadline (mizu._control.Controller's)."""
+        raise NotImplementedError
+
+    cdef recover(self, Worker worker):
+        """Replace worker, which died once up (mizu._control.Controller's)."""
+        raise NotImplementedError
 
     cdef str obituary_of(self, Worker worker):
         # It runs its tasks in the order they were sent: the oldest not answered is its current one.

@@ -1,5 +1,7 @@
 # The future's state as C fields, and its fast state changes, for the Executor.
 
+from libc.stdint cimport int64_t
+
 cdef class Cell:
     cdef public object state, result, exception, condition, pool
     cdef object waiters, callbacks   # the stdlib's _waiters and _done_callbacks, made on first use
@@ -12,6 +14,7 @@ cdef class Cell:
     cdef unsigned long long task_id
     cdef object fn, first, second
     cdef Py_ssize_t calls
+    cdef int64_t timeout_ns   # the seconds it may run once started, in ns; 0: no limit
 
 
 cdef class Condition:
@@ -26,6 +29,7 @@ cdef Cell cell_of(object future)
 cdef bint set_running(object future, Cell cell) except -1
 cdef int set_result(object future, Cell cell, object result) except -1
 cdef int set_exception(object future, Cell cell, object exception) except -1
+cdef int set_cancelled(object future, Cell cell) except -1
 cdef bint is_done(Cell cell) noexcept
 
 

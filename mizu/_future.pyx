@@ -376,10 +376,10 @@ class LazyFuture(_base.Future):
         return set_running(self, self._cell)
 
     def set_result(self, result):
-        _complete(self, self._cell, True, result)
+        _complete(self, self._cell, RESULT_SET, result)
 
     def set_exception(self, exception):
-        _complete(self, self._cell, False, exception)
+        _complete(self, self._cell, EXCEPTION_SET, exception)
 
 
 cdef int _call_back(object future, object fn) except -1:
@@ -456,15 +456,19 @@ cdef bint set_running(object future, Cell cell) except -1:
     return _set_running(future)
 
 
-cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
+cdef enum Outcome:
+    RESULT_SET, EXCEPTION_SET, CANCELLED_SET
+
+
+cdef int _complete(object future, Cell cell, Outcome outcome, object value) except -1:
     state = cell.state
     if not cell.observed and (state is RUNNING or state is PENDING):
-        if ok:
+        if outcome == RESULT_SET:
             cell.result = value
-        else:
+        elif outcome == EXCEPTION_SET:
             cell.exception = value
-        cell.state = FINISHED
-        if ok and _leads_nowhere(cell, value):
+        cell.state = CANCELLED_AND_NOTIFIED if outcome == CANCELLED_SET else FINISHED
+        if outcome == RESULT_SET and _leads_nowhere(cell, value):
             PyObject_GC_UnTrack(<void*>cell)
             PyObject_GC_UnTrack(<void*>future)
         return 0
@@ -487,17 +491,19 @@ cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
         state = cell.state
         if _ended(state):
             raise _InvalidStateError(f"{state}: {future!r}")
-        if ok:
+        if outcome == RESULT_SET:
             cell.result = value
-        else:
+        elif outcome == EXCEPTION_SET:
             cell.exception = value
-        cell.state = FINISHED
+        cell.state = CANCELLED_AND_NOTIFIED if outcome == CANCELLED_SET else FINISHED
         if cell.waiters:
             for waiter in cell.waiters:
-                if ok:
+                if outcome == RESULT_SET:
                     waiter.add_result(future)
-                else:
+                elif outcome == EXCEPTION_SET:
                     waiter.add_exception(future)
+                else:
+                    waiter.add_cancelled(future)
         if cond is not None and cond.sleepers:
             cond.wake(len(cond.sleepers))
     finally:
@@ -514,9 +520,14 @@ cdef int _complete(object future, Cell cell, bint ok, object value) except -1:
 
 cdef int set_result(object future, Cell cell, object result) except -1:
     """Future.set_result, without the Condition while the future is not observed."""
-    return _complete(future, cell, True, result)
+    return _complete(future, cell, RESULT_SET, result)
 
 
 cdef int set_exception(object future, Cell cell, object exception) except -1:
     """Future.set_exception, without the Condition while the future is not observed."""
-    return _complete(future, cell, False, exception)
+    return _complete(future, cell, EXCEPTION_SET, exception)
+
+
+cdef int set_cancelled(object future, Cell cell) except -1:
+    """Cancel a future that is pending or running, as if it had been cancelled before it ran (Executor.stop)."""
+    return _complete(future, cell, CANCELLED_SET, None)

@@ -77,12 +77,14 @@ class MultiprocessingLauncher:
     initializer, initargs, max_tasks
         The Executor's: each worker calls ``initializer(*initargs)`` first
         and retires after `max_tasks` tasks (None: never).
+    max_memory : int or None
+        Bytes a worker may hold resident after a task; above them it retires.
     by_value : bool
         Pickle by value the functions and classes of tasks, and the
         initializer, that pickle would name (mizu._pickler).
     """
 
-    def __init__(self, context, initializer, initargs, max_tasks, by_value=False):
+    def __init__(self, context, initializer, initargs, max_tasks, by_value=False, max_memory=None):
         self.codec = Codec()
         self.codec.by_value = by_value
         self.setup_name = "initializer"
@@ -90,6 +92,7 @@ class MultiprocessingLauncher:
         if by_value and initializer is not None:
             initializer = ByValue(initializer)
         self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
+        self.max_memory = max_memory
         method = context.get_start_method(allow_none=False)
         # The stdlib's rule: fork starts every worker at once; spawn and
         # forkserver, one whenever a task finds no idle worker.
@@ -113,7 +116,7 @@ class MultiprocessingLauncher:
         process = self.context.Process(
             target=_worker_main,
             args=(tasks, results, worker_end, index, os.getpid(), self.initializer, self.initargs, self.max_tasks,
-                  self.codec.by_value),
+                  self.max_memory, self.codec.by_value),
             name=f"mizu-worker-{index}")
         try:
             process.start()

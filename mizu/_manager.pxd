@@ -5,7 +5,6 @@ from mizu._dispatch cimport Dispatcher
 
 cdef class Manager(Dispatcher):
     cdef public object manager
-    cdef readonly object kicked
     cdef int owner                      # the process that made the pool
 
     cdef start_manager(self)

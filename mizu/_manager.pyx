@@ -12,7 +12,7 @@ from mizu._dispatch cimport Dispatcher, interpreter_exits
 from mizu._future cimport cell_of, drop_task
 from mizu._observers cimport RELEASED
 from mizu._roster cimport Worker, signal_process
-from mizu.includes.spin cimport kForever
+from mizu.includes.spin cimport kForever, now_ns
 
 import os
 import threading
@@ -38,7 +38,6 @@ cdef class Manager(Dispatcher):
 
     def __init__(self, max_workers, launcher, max_tasks):
         super().__init__(max_workers, launcher, max_tasks)
-        self.kicked = threading.Event()
         self.manager = None
         self.owner = os.getpid()
 
@@ -193,12 +192,14 @@ cdef class Manager(Dispatcher):
             # A submit since the last round that left a backlog: its thread collects.
             submitting = self.pending.size() > 0 and self.backlogged != backlogged
             backlogged = self.backlogged
+            # Not past a task's deadline, or an ending worker's next look (mizu._control).
+            due = max(0.0, (self.next_check_ns - now_ns()) * 1e-9)
             if self.watched and not submitting:
                 try:
-                    ring.wait_readable(_FEED if self.sending() else _POLL if self.unbalanced else _SLICE)
+                    ring.wait_readable(min(due, _FEED if self.sending() else _POLL if self.unbalanced else _SLICE))
                 except EOFError:
                     break
-            elif self.kicked.wait(_IDLE if idle else _FEED if self.sending() or self.watched else _POLL):
+            elif self.kicked.wait(min(due, _IDLE if idle else _FEED if self.sending() or self.watched else _POLL)):
                 self.kicked.clear()
             if self.take_recv(0):
                 try:

@@ -93,12 +93,13 @@ def _wait_ticking(future, end_time, bar):
                 raise
 
 
-def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False):
+def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False, timeout_ns=-1):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
     The arguments are the Executor's; workers: its max_workers; progress:
     False, or the option of a bar (mizu._progress.Progress) that counts the
-    calls of each batch as the pool settles it. Bad ones raise the stdlib's errors (or
+    calls of each batch as the pool settles it; timeout_ns: each task's
+    deadline (mizu._control), -1 for the pool's. Bad ones raise the stdlib's errors (or
     Progress's), before any call is submitted.
     """
     if chunksize < 1:
@@ -116,7 +117,9 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
     shape = (FLAT if flat else 0) | (SINGLE if single else 0)
     if buffersize is None:
         units = list(units)
-        per_batch = _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        # A deadline is a task's: with one, a task is one chunk, as the caller chose it.
+        timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
+        per_batch = 1 if timed else _batch_size(pool.task_seconds, len(units), chunksize, workers)
         # Not a generator expression: that would keep `units` in the
         # closure of results(), for the garbage collector to walk until the end.
         batches = _slices(units, per_batch)
@@ -128,7 +131,7 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                        len(units) if flat else sum(map(len, units)))
 
     def send(batch):
-        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)), bar)
+        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)), bar, timeout_ns)
 
     try:
         futures = collections.deque(

@@ -6,6 +6,7 @@ from mizu._future cimport Cell
 
 cdef enum Event:
     LAUNCHED     # a worker's first process started
+    REPLACED     # a successor started for a worker whose process retired
     UP           # a worker said it takes tasks
     SETTLED      # a task ran for `seconds` and its future is about to settle
     RELEASED     # the pool let go of its workers
@@ -30,3 +31,10 @@ cdef class WorkFigures(Observer):
 
 cdef class ProgressBars(Observer):
     cdef readonly dict counters         # cell -> what counts its calls when it settles (a map's progress bar)
+
+
+cdef class SentByValue(Observer):
+    cdef list kept                      # by worker index: the callables sent by value it keeps -> their ids, oldest first
+
+    cdef unsigned long long id_for(self, Py_ssize_t index, object fn, dict registered,
+                                   unsigned long long* last_id) except 0

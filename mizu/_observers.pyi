@@ -4,7 +4,7 @@ from mizu._insights import Insights
 
 from typing_extensions import disjoint_base
 
-__all__ = ["Observer", "ProgressBars", "WorkFigures"]
+__all__ = ["Observer", "ProgressBars", "SentByValue", "WorkFigures"]
 
 class _Counter(Protocol):
     def add(self, calls: int) -> None: ...
@@ -24,3 +24,7 @@ class ProgressBars(Observer):
     def __init__(self) -> None: ...
     @property
     def counters(self) -> dict[Any, _Counter]: ...
+
+@disjoint_base
+class SentByValue(Observer):
+    def __init__(self, max_workers: int) -> None: ...

@@ -1,5 +1,5 @@
 # cython: auto_pickle=False
-"""What follows the pool's work without being part of it: insights' figures and maps' progress bars.
+"""What follows the pool's work without being part of it: insights' figures, maps' progress bars, the callables sent by value.
 
 The engine tells each observer what happens through one hook, notify, and
 knows nothing of what they keep.
@@ -11,9 +11,10 @@ from time import monotonic as _monotonic
 
 from mizu._errors import outline_repr, task_repr
 
-__all__ = ["Observer", "ProgressBars", "WorkFigures"]
+__all__ = ["Observer", "ProgressBars", "SentByValue", "WorkFigures"]
 
 _SLOWEST = 5          # the slowest tasks that insights() reports
+_UNNAMED_KEPT = 64    # callables sent by value that a worker keeps registered (see SentByValue)
 
 
 cdef class Observer:
@@ -114,4 +115,52 @@ cdef class ProgressBars(Observer):
                 counter.close()
         elif event == ABANDONED:
             self.counters.clear()
+        return 0
+
+
+cdef class SentByValue(Observer):
+    """SentByValue(max_workers)
+
+    The lambdas and closures that each worker's process keeps, sent by
+    value (by_value): at most _UNNAMED_KEPT, the newest, a new one taking
+    the id of the oldest (the worker's registry lets go of it then), or a
+    loop making closures would keep every one alive in both processes.
+    A process keeps none when it starts; the pool keeps none once it lets
+    go of its workers.
+    """
+
+    def __init__(self, Py_ssize_t max_workers):
+        self.kept = [{} for _ in range(max_workers)]
+
+    cdef unsigned long long id_for(self, Py_ssize_t index, object fn, dict registered,
+                                   unsigned long long* last_id) except 0:
+        """The id under which worker index's process is to keep fn, about to be sent to it by value.
+
+        A new one, one more than *last_id (which it becomes), while the
+        process keeps fewer than _UNNAMED_KEPT; else the id of the oldest,
+        which is dropped from registered (the callables the process knows,
+        by id). Counted as sent before it is: should fn fail to pickle, the
+        process still keeps the oldest under that id, unknown to the pool
+        (sent by value again if it is sent again), and fn goes under that
+        id when it is next sent.
+        """
+        cdef dict kept = self.kept[index]
+        fn_id = kept.pop(fn, None)
+        if fn_id is None:
+            if len(kept) >= _UNNAMED_KEPT:
+                evicted = next(iter(kept))
+                fn_id = kept.pop(evicted)
+                registered.pop(evicted, None)
+            else:
+                last_id[0] += 1
+                fn_id = last_id[0]
+        kept[fn] = fn_id
+        return fn_id
+
+    cdef int notify(self, Event event, Py_ssize_t index, Cell cell, double seconds) except -1:
+        if event == LAUNCHED or event == REPLACED:
+            self.kept[index].clear()
+        elif event == RELEASED:
+            for kept in self.kept:
+                kept.clear()
         return 0

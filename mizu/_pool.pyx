@@ -7,7 +7,7 @@ Data flow (one shared segment per pool; the rings are in it):
                                                      pool's launcher (mizu._launchers):
   submit() / map()                                   Python processes (mizu._worker),
     | a Future, its task in its Cell, joins          or Rscript running the R package's
-    | `pending`                                      worker (mizu/rpackage/src/worker.cpp),
+    | `pending`                                      worker (mizu/_r/rpackage/src/worker.cpp),
     |                                                each driving the one worker loop
     |                                                (csrc/worker_loop.hpp)
     v
@@ -63,16 +63,22 @@ are still starting or their starts are put off (Dispatcher.pick). The
 roster and the starts are mizu._roster's.
 
 A worker that died without retiring breaks the pool as the stdlib's does
-(mizu._failures). A child forked from the client lets go of its parent's
-pools without touching them (mizu._forked).
+(mizu._failures), unless the pool replaces dead workers; a task past its
+deadline, or stopped, has its worker ended and replaced, the tasks queued
+behind it withdrawn from its ring and sent again (mizu._control). A child
+forked from the client lets go of its parent's pools without touching them
+(mizu._forked).
 
 The engine is one class per concept, each the base of the next, so that a
 call from one to another is a C call: Roster (the workers and the state
 they share), Watchdog (deaths, breaking), Collector (collecting,
-settling), Dispatcher (sending), Manager (the manager thread, start and
+settling), Controller (deadlines, stopping a task, replacing a worker
+ended or dead), Dispatcher (sending), Manager (the manager thread, start and
 shutdown), and Pool, which puts them together. What only follows the work
-(insights' figures, maps' progress bars) is told of it through one hook,
-Roster.tell, and kept in mizu._observers.
+(insights' figures, maps' progress bars, the lambdas and closures each
+worker's process keeps, sent by value) is told of it through one hook,
+Roster.tell, and kept in mizu._observers; the dispatcher asks the last for
+the id to send such a callable under (SentByValue.id_for).
 """
 
 from mizu._manager cimport Manager

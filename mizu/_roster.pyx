@@ -6,8 +6,9 @@ pending, whether the pool is broken or shutting down) is held here, at the
 base of the engine's classes; the data flow is drawn in mizu._pool.
 """
 
-from mizu._observers cimport LAUNCHED, ProgressBars, WorkFigures
+from mizu._observers cimport LAUNCHED, REPLACED, ProgressBars, SentByValue, WorkFigures
 from mizu._sync cimport Fifo, Lock
+from mizu.includes.spin cimport kForever
 
 import collections
 import threading
@@ -38,7 +39,6 @@ cdef class Worker:
         self.in_flight = Fifo()
         self.outbox = collections.deque()   # messages, or the pieces of a long one, waiting for room in the ring
         self.registered = {}          # callable -> id, for this process
-        self.unnamed = {}             # those of them sent by value (by_value), oldest first
         self.last_fn = None
         self.started_tasks = 0        # tasks sent to the current process
 
@@ -46,7 +46,6 @@ cdef class Worker:
         self.ring = None
         self.process = self.watch = self.channel = self.last_fn = None
         self.registered.clear()
-        self.unnamed.clear()
 
 
 def _ring_slots(max_workers):
@@ -99,12 +98,20 @@ cdef class Roster:
         self.send_lock = Lock()
         self.feeding = set()
         self.state_lock = threading.RLock()
+        self.kicked = threading.Event()
         self.cores = _core.usable_cpus()
         self.broken = None
         self.shutting_down = False
         self.started = False
+        self.next_check_ns = kForever
         self.figures = WorkFigures(self.roster)
         self.bars = ProgressBars()
+        self.sent_by_value = SentByValue(max_workers)
+
+    def control(self, int64_t task_timeout_ns, bint replace_dead):
+        """Set the controls of running work (mizu._control): a task's deadline unless it has its own, replace_dead."""
+        self.task_timeout_ns = task_timeout_ns
+        self.replace_dead = replace_dead
 
     cdef grow(self):
         worker = self.roster[len(self.workers)]
@@ -209,19 +216,19 @@ cdef class Roster:
         # All set before the process starts: another thread may collect its
         # first notice (ready, or its initializer's failure) at once.
         worker.registered.clear()
-        worker.unnamed.clear()
         worker.last_fn = None
         worker.started_tasks = 0
         worker.held = False
         worker.popped_at_start = worker.ring.popped
         worker.failure = None
         worker.up = False
+        worker.ending = False
+        worker.kill_at = 0
         # A first start counts in `coming` (see pick); a successor, replacing
         # a retired process, does not hold the other workers' depth down.
         worker.starting = worker.process is None
         self.coming += worker.starting
-        if worker.starting:
-            self.tell(LAUNCHED, worker.index, None, 0.0)
+        self.tell(LAUNCHED if worker.starting else REPLACED, worker.index, None, 0.0)
         proc = None
         try:
             proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
@@ -254,6 +261,26 @@ cdef class Roster:
                 return future
         return None
 
+    cdef Py_ssize_t requeue(self, Worker worker, Py_ssize_t keep) except -1:
+        """Put worker's tasks in flight after its first `keep` back in front of `pending`, in order; how many. Under send_lock.
+
+        They must be withdrawn from its ring (or its process gone): they are
+        running futures that no process has claimed, as reserved tasks are,
+        and dispatch sends them again.
+        """
+        cdef Py_ssize_t n = 0
+        while worker.in_flight.size() > keep:
+            self.pending.push_oldest(worker.in_flight.pop_newest())
+            n += 1
+        self.reserved += n
+        worker.started_tasks -= n
+        return n
+
+    cdef void arm(self, int64_t at_ns) noexcept:
+        """Have whoever collects look at deadlines and ending workers by at_ns (now_ns's clock)."""
+        if at_ns < self.next_check_ns:
+            self.next_check_ns = at_ns
+
     cdef list take_futures(self):
         """Take the futures of every task not answered, pending or in flight, and drop the messages not sent."""
         cdef Worker worker
@@ -276,6 +303,10 @@ cdef class Roster:
         cdef Worker worker
         parts = [(worker.ring, worker.process, worker.channel) for worker in self.roster]
         procs = [proc for _, proc, _ in parts if proc is not None]
+        for worker in self.roster:
+            if worker.ending and worker.process is not None:
+                # Ended by the pool (mizu._control), and maybe ignoring SIGTERM.
+                signal_process(worker.process, "kill")
         for ring, _, _ in parts:
             if ring is not None:
                 ring.close()

@@ -29,6 +29,7 @@ cdef class Fifo:
     cdef object pop_oldest(self)
     cdef object pop_newest(self)
     cdef int push_oldest(self, x) except -1
+    cdef Py_ssize_t index(self, x) noexcept
     cdef bint remove(self, x) except -1
     cdef list snapshot(self)
     cdef list take_all(self)

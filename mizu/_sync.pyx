@@ -115,6 +115,14 @@ cdef class Fifo:
             self.items.insert(0, x)
         return 0
 
+    cdef Py_ssize_t index(self, x) noexcept:
+        """How many places from the first x is, or -1 if it is not there."""
+        cdef Py_ssize_t i
+        for i in range(self.head, PyList_GET_SIZE(self.items)):
+            if <object>PyList_GET_ITEM(self.items, i) is x:
+                return i - self.head
+        return -1
+
     cdef bint remove(self, x) except -1:
         """Take x out of the queue; False if it was not there."""
         cdef Py_ssize_t i

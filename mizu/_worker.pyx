@@ -100,13 +100,17 @@ def _run_units(fn, list units, int flags):
     return values, failures
 
 
-def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, by_value=False):
+def main(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, max_memory=None,
+         by_value=False):
     """Entry point of worker `index`; returns when the client closes its ring or dies.
+
+    It retires after max_tasks tasks, or after a task that leaves it holding
+    more than max_memory bytes (None: no limit).
 
     by_value: the pool pickles by value what pickle would name (mizu._pickler), and so do its results.
     """
     try:
-        _serve(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, by_value)
+        _serve(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, max_memory, by_value)
     finally:
         # Pools that this worker's tasks started and left running (a nested
         # joblib loop's, say) are shut down now, their queued tasks cancelled,
@@ -284,7 +288,7 @@ cdef void _reacquire(void* held) noexcept nogil:
     PyEval_RestoreThread((<Held*>held).released)
 
 
-def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks,
+def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks, max_memory,
            bint by_value):
     cdef PeerWatch client = _core.PeerWatch(client_pid)
     cdef _Language lang = _Language(channel, index)
@@ -292,7 +296,8 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
     _codec.by_value = by_value
     lang.loop.reset(new WorkerLoop(deref(tasks.ring), deref(tasks.pop_waiter), deref(results.ring),
                                    deref(results.push_waiter), deref(client.watch), <uint16_t>index,
-                                   0 if max_tasks is None else max_tasks, lang.table))
+                                   0 if max_tasks is None else max_tasks, 0 if max_memory is None else max_memory,
+                                   lang.table))
     # A task may run for hours; a thread of the core's ends the worker as
     # soon as the client is gone, whatever the task is doing.
     try:

@@ -250,7 +250,7 @@ void worker_loop_serves(uint64_t tasks_n, long max_tasks, WaitBackend backend) {
     std::thread worker([&] {
         Waiter tw(&tf.seg->header().spin_gate), rw(&rf.seg->header().spin_gate);
         PeerWatch client(getpid());
-        WorkerLoop loop(*task_ring, tw, *result_ring, rw, client, 3, max_tasks, language.table());
+        WorkerLoop loop(*task_ring, tw, *result_ring, rw, client, 3, max_tasks, 0, language.table());
         CHECK(loop.notice(messages::Status::ready));
         stop = loop.serve();
     });
@@ -410,6 +410,40 @@ void out_of_order_publication(WaitBackend backend) {
     for (auto& t : consumers) t.join();
     CHECK(received.load() == 2);
     CHECK(late.load() == 0);
+}
+
+// A producer that dies between claiming a slot and completing it: once it is
+// voided, consumers get an empty message there and what others pushed after
+// it. A claim's time is read back with its ticket. A consumer's replacement
+// finds the ring emptied of what the dead one left unread, and claims anew.
+void dead_peers() {
+    Fixture f(8, 16, RingKind::mpmc, WaitBackend::native);
+    MpmcRing dead = f.ring<MpmcRing>(), live = f.ring<MpmcRing>(), consumer = f.ring<MpmcRing>();
+    dead.set_owner(111);
+    live.set_owner(222);
+    Reservation abandoned, res;
+    CHECK(dead.begin_push(4, abandoned));
+    CHECK(live.try_push("late", 4));
+    CHECK(live.begin_push(4, res));   // claimed, not yet completed, by a producer that lives
+    char out[64];
+    CHECK(consumer.try_pop(out, sizeof out) == -1);
+    CHECK(consumer.void_abandoned(333) == 0 && consumer.void_abandoned(111) == 1);
+    CHECK(consumer.try_pop(out, sizeof out) == 0);
+    CHECK(consumer.try_pop(out, sizeof out) == 4 && std::memcmp(out, "late", 4) == 0);
+    std::memcpy(res.data(), "next", 4);
+    live.end_push(res);
+    CHECK(consumer.try_pop(out, sizeof out) == 4 && std::memcmp(out, "next", 4) == 0);
+
+    Fixture g(8, 16, RingKind::spsc, WaitBackend::native);
+    SpscRing producer = g.ring<SpscRing>(), gone = g.ring<SpscRing>();
+    for (int i = 0; i < 3; ++i) CHECK(producer.try_push("task", 4));
+    CHECK(gone.begin_pop(res) && gone.claim(5, 1234));
+    int64_t at = 0;
+    CHECK(producer.last_claim(at) == 5 && at == 1234);
+    producer.reset_consumer();   // it died holding the slot
+    SpscRing successor = g.ring<SpscRing>();
+    CHECK(successor.try_pop(out, sizeof out) == -1 && producer.last_claim(at) == 0);
+    CHECK(producer.try_push("new!", 4) && successor.try_pop(out, sizeof out) == 4 && successor.claim(6, 99));
 }
 
 // The producer pushes a message `delay` after `after()`; returns the
@@ -1295,6 +1329,7 @@ int main() {
     peers_exit();
     die_with_peer();
     ring_headers();
+    dead_peers();
     arena_model();
     arena_churn();
     arena_limits();

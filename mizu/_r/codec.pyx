@@ -1,7 +1,7 @@
 # cython: auto_pickle=False
 """What an R worker answers, as Python sees it: values, RError, RWarning.
 
-An R worker (mizu/rpackage/src/worker.cpp) answers each task with the
+An R worker (mizu/_r/rpackage/src/worker.cpp) answers each task with the
 outcome of its call, ``list(value =, error =, warnings =)`` in the wire
 format, which reads here as a dict. The value of a map batch is
 ``list(values, failures)``: one value per unit, NULL where the unit failed,

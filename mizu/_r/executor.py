@@ -10,7 +10,7 @@ import pathlib
 import re
 
 from mizu._core import usable_cpus
-from mizu._executor_base import ExecutorBase, check_max_tasks, checked_workers
+from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers
 from mizu._map import map_results
 from mizu._messages import CALL
 from mizu._r import package
@@ -31,7 +31,7 @@ def _check_function(fn):
 
 
 class RExecutor(ExecutorBase, concurrent.futures.Executor):
-    """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None)
+    """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None, task_timeout=None, worker_death="break", max_worker_memory=None)
 
     An Executor whose workers are R processes, exchanging values with
     Python through shared memory.
@@ -61,14 +61,30 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         memory fragments: a fresh process is the cure).
     rscript : os.PathLike or str, optional
         The ``Rscript`` to run; by default the first on ``PATH``.
+    task_timeout : float, optional
+        Seconds each R call may run once a worker has started it: past it,
+        its future fails with `TimeoutError` and the worker is ended
+        (SIGTERM, then SIGKILL: a call stuck in C code ends too) and
+        replaced. By default there is no limit; `options` sets it for some
+        calls only.
+    worker_death : {"break", "replace"}
+        ``"break"``: a worker's death breaks the pool, as a
+        `ProcessPoolExecutor`'s; ``"replace"``: only the call it ran fails,
+        with `mizu.WorkerDied`, and a new worker takes its place.
+    max_worker_memory : int, optional
+        Bytes of resident memory a worker may hold after a call: above them
+        it is replaced before its next.
 
     Raises
     ------
     ValueError
-        `max_workers` or `max_tasks_per_child` is not positive.
+        `max_workers`, `max_tasks_per_child`, `task_timeout` or
+        `max_worker_memory` is not positive, or `worker_death` is neither
+        ``"break"`` nor ``"replace"``.
     TypeError
-        `setup` is neither a str nor a path, or `max_tasks_per_child` is not
-        an int.
+        `setup` is neither a str nor a path, `max_tasks_per_child` or
+        `max_worker_memory` is not an int, or `task_timeout` is not a
+        number.
     FileNotFoundError
         R is not installed (the message says how to install it), `rscript`
         is not an executable file, or `setup` names an R file that does
@@ -89,7 +105,8 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
     90.0
     """
 
-    def __init__(self, max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None):
+    def __init__(self, max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None, task_timeout=None,
+                 worker_death="break", max_worker_memory=None):
         max_workers = checked_workers(max_workers, usable_cpus)
         if setup is not None and not isinstance(setup, (str, os.PathLike)):
             raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
@@ -100,9 +117,11 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
             raise FileNotFoundError(f"setup names the R file {setup!r}, which does not exist (from {os.getcwd()}): "
                                     f"pass R code, or the path of an existing file")
         check_max_tasks(max_tasks_per_child)
+        check_controls(task_timeout, worker_death, max_worker_memory)
         rscript = package.find_rscript(rscript)
         library = package.ensure_installed(rscript=rscript)
-        self._start_pool(max_workers, RLauncher(rscript, library, setup, max_tasks_per_child), max_tasks_per_child)
+        self._start_pool(max_workers, RLauncher(rscript, library, setup, max_tasks_per_child, max_worker_memory),
+                         max_tasks_per_child, task_timeout, worker_death)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -136,6 +155,10 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         """
         return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1)
 
+    def _submit(self, fn, args, kwargs, timeout_ns):
+        # A view's (options): the call's deadline its own.
+        return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1, None, timeout_ns)
+
     def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
         """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False)
 
@@ -152,5 +175,8 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         RError
             The R call of an item failed, when iteration reaches it.
         """
+        return self._map(fn, iterables, timeout, chunksize, buffersize, progress)
+
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1):
         return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
-                           self._max_workers, progress)
+                           self._max_workers, progress, timeout_ns)

@@ -1,7 +1,7 @@
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, Literal
 
 from mizu._executor_base import ExecutorBase
 
@@ -15,7 +15,21 @@ class RExecutor(ExecutorBase, Executor):
         setup: str | os.PathLike[str] | None = None,
         max_tasks_per_child: int | None = None,
         rscript: str | os.PathLike[str] | None = None,
+        task_timeout: float | None = None,
+        worker_death: Literal["break", "replace"] = "break",
+        max_worker_memory: int | None = None,
     ) -> None: ...
+    def _submit(self, fn: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int) -> Future[Any]: ...
+    def _map(
+        self,
+        fn: str,
+        iterables: tuple[Iterable[Any], ...],
+        timeout: float | None,
+        chunksize: int,
+        buffersize: int | None,
+        progress: bool | Mapping[str, Any] | None,
+        timeout_ns: int = -1,
+    ) -> Iterator[Any]: ...
     def submit(self, fn: str, /, *args: Any, **kwargs: Any) -> Future[Any]: ...  # type: ignore[override]
     def map(  # type: ignore[override]
         self,

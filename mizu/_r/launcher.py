@@ -77,6 +77,8 @@ class RLauncher:
         its first task; a path: an R file to source there.
     max_tasks : int or None
         Tasks a worker runs before it retires.
+    max_memory : int or None
+        Bytes a worker may hold resident after a task; above them it retires.
     """
 
     on_demand = False
@@ -84,9 +86,10 @@ class RLauncher:
     starting_hint = ""
     setup_name = "setup script"
 
-    def __init__(self, rscript, library, setup, max_tasks):
+    def __init__(self, rscript, library, setup, max_tasks, max_memory=None):
         self.codec = RCodec()
         self.rscript, self.library, self.max_tasks = os.fspath(rscript), os.fspath(library), max_tasks
+        self.max_memory = max_memory
         if setup is not None and not isinstance(setup, str):
             setup = f"source({r_string(os.path.abspath(os.fspath(setup)))})"
         self.setup = setup
@@ -98,7 +101,7 @@ class RLauncher:
         channel, worker_end = socket.socketpair()
         segment = tasks.segment.fd
         code = (f"mizu::worker({segment}, {tasks.offset}, {results.offset}, {worker_end.fileno()}, {index}, "
-                f"{os.getpid()}, {self.max_tasks or 0}, setup = if (length(commandArgs(TRUE))) commandArgs(TRUE) "
+                f"{os.getpid()}, {self.max_tasks or 0}, {self.max_memory or 0}, setup = if (length(commandArgs(TRUE))) commandArgs(TRUE) "
                 "else NULL)")
         argv = [self.rscript, "--no-save", "--no-restore", "-e", code]
         if self.setup is not None:

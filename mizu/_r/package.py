@@ -3,7 +3,7 @@
 R workers are ``Rscript`` processes running an R package, also named
 ``mizu``, whose C++ compiles the same core sources (``csrc/``) as this
 package's extension modules. The R package's sources ship inside mizu
-(``mizu/rpackage``, with the core under ``rpackage/src/core`` in an
+(``mizu/_r/rpackage``, with the core under ``rpackage/src/core`` in an
 installed mizu). `ensure_installed` builds them once with ``R CMD INSTALL``
 into a private R library, one per R version and mizu version, and
 rebuilds only when the sources differ from those the library was built
@@ -37,7 +37,7 @@ import tempfile
 __all__ = ["RPackageBuildError", "ensure_installed", "find_rscript", "library_dir"]
 
 _MIZU = pathlib.Path(__file__).resolve().parents[1]
-_SOURCES = _MIZU / "rpackage"
+_SOURCES = pathlib.Path(__file__).resolve().parent / "rpackage"
 _PACKAGE = "mizu"
 _STAMP_FIELD = "MizuBuild"
 _INSTALL_R = ("install R: on Debian or Ubuntu `apt-get install r-base-core r-base-dev`, on macOS `brew install r`, "

@@ -20,3 +20,5 @@ cdef extern from "any_ring.hpp" namespace "mizu" nogil:
         WaitStatus wait_push(uint32_t len, Reservation& res, Waiter& w, const WaitOptions& opt) except +raise_py_error
         WaitStatus wait_pop(Reservation& res, Waiter& w, const WaitOptions& opt) except +raise_py_error
         WaitStatus wait_readable(Waiter& w, const WaitOptions& opt) except +raise_py_error
+        void set_owner(uint32_t owner)
+        size_t void_abandoned(uint32_t owner)

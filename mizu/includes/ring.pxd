@@ -18,8 +18,10 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         RingKind kind()
         uint64_t size()
         uint64_t popped()
-        bint claim(uint64_t ticket)
+        bint claim(uint64_t ticket, int64_t at)
+        uint64_t last_claim(int64_t& at)
         bint withdraw(uint64_t acting, uint64_t last)
+        void reset_consumer()
         void close()
         bint closed()
 

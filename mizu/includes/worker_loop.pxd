@@ -1,4 +1,4 @@
-from libc.stdint cimport uint16_t
+from libc.stdint cimport int64_t, uint16_t
 from libcpp cimport bool
 
 from mizu.includes.any_ring cimport AnyRing
@@ -26,7 +26,7 @@ cdef extern from "worker_loop.hpp" namespace "mizu":
 
     cdef cppclass WorkerLoop:
         WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Waiter& result_waiter,
-                   const PeerWatch& client, uint16_t index, long max_tasks,
+                   const PeerWatch& client, uint16_t index, long max_tasks, int64_t max_memory,
                    const WorkerLanguage& language) except +raise_py_error
         Stop serve() except +raise_py_error
         ResultHeader result_header(Status status)

@@ -60,7 +60,7 @@ def test_the_default_library_is_keyed_by_r_and_mizu_versions(monkeypatch, tmp_pa
 
 def test_the_r_package_s_own_tests_pass(r_library, testthat):
     """The R package's testthat tests, run by Rscript against the package as it is installed."""
-    tests = os.path.join(os.path.dirname(os.path.dirname(rpackage.__file__)), "rpackage", "tests", "testthat")
+    tests = os.path.join(os.path.dirname(rpackage.__file__), "rpackage", "tests", "testthat")
     code = (f"testthat::test_dir({tests!r}, package = 'mizu', load_package = 'installed', "
             "reporter = 'summary', stop_on_failure = TRUE)")
     run_rscript(r_library, code)

@@ -97,7 +97,7 @@ public:
         : o_(o), rings_(std::move(rings)), client_(o.client_pid), result_waiter_(&rings_.segment->header().spin_gate),
           task_waiter_(&rings_.segment->header().spin_gate),
           loop_(*rings_.tasks, task_waiter_, *rings_.results, result_waiter_, client_, uint16_t(o.index), o.max_tasks,
-                language()) {}
+                o.max_memory, language()) {}
 
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;

@@ -248,10 +248,10 @@ SEXP mizu_call_function(SEXP id, SEXP args, SEXP kwargs) {
 }
 
 // worker(segment_fd, task_ring, result_ring, socket_fd, index, client_pid,
-// max_tasks, setup): the worker loop of an R pool; returns NULL when the
-// pool is done with this worker.
+// max_tasks, max_memory, setup): the worker loop of an R pool; returns NULL
+// when the pool is done with this worker.
 SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_fd, SEXP index, SEXP client_pid,
-                 SEXP max_tasks, SEXP setup) {
+                 SEXP max_tasks, SEXP max_memory, SEXP setup) {
     WorkerOptions o;
     o.segment_fd = Rf_asInteger(segment_fd);
     o.socket_fd = Rf_asInteger(socket_fd);
@@ -261,6 +261,7 @@ SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_
         o.task_ring = whole_number(task_ring, "task_ring");
         o.result_ring = whole_number(result_ring, "result_ring");
         o.max_tasks = long(whole_number(max_tasks, "max_tasks"));
+        o.max_memory = int64_t(whole_number(max_memory, "max_memory"));
         run_worker(o, setup);
         return R_NilValue;
     });
@@ -272,7 +273,7 @@ SEXP mizu_serve(SEXP handle) {
 }
 
 static const R_CallMethodDef routines[] = {
-    {"worker", routine(mizu_worker), 8},
+    {"worker", routine(mizu_worker), 9},
     {"serve", routine(mizu_serve), 1},
     {"decode", routine(mizu_decode), 3},
     {"encode", routine(mizu_encode), 2},

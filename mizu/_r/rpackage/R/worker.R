@@ -1,11 +1,15 @@
 # The loop of an R pool's worker process (src/worker.cpp). The pool starts
 # Rscript with the descriptors of its segment and socket inherited, and
 # these arguments; `setup` is R source run once, in the global
-# environment, before the first task.
-worker <- function(segment_fd, task_ring, result_ring, socket_fd, index, client_pid, max_tasks = 0, setup = NULL) {
+# environment, before the first task. The worker retires after max_tasks
+# tasks, or after a task that leaves it holding more than max_memory bytes
+# (0: no limit).
+worker <- function(segment_fd, task_ring, result_ring, socket_fd, index, client_pid, max_tasks = 0, max_memory = 0,
+                   setup = NULL) {
     script <- if (is.null(setup)) NULL else bquote(eval(parse(text = .(setup), keep.source = FALSE), envir = globalenv()))
     invisible(.Call(C_worker, as.integer(segment_fd), as.double(task_ring), as.double(result_ring),
-                    as.integer(socket_fd), as.integer(index), as.integer(client_pid), as.double(max_tasks), script))
+                    as.integer(socket_fd), as.integer(index), as.integer(client_pid), as.double(max_tasks),
+                    as.double(max_memory), script))
 }
 
 # The text an exiting worker sends when its setup script fails: R's

@@ -18,6 +18,7 @@ struct WorkerOptions {
     int index;
     pid_t client_pid;
     long max_tasks;        // 0: no limit
+    int64_t max_memory;    // bytes resident after a task before the worker retires; 0: no limit
 };
 
 // Evaluates `setup` (an expression, or NULL) in the global environment,

@@ -1,0 +1,239 @@
+# cython: auto_pickle=False
+"""The controls of running work: a task's deadline, stopping one task, replacing a worker that died.
+
+Asked for (worker_death="replace"), a worker that dies once it is up fails
+only the task it was running, with WorkerDied, and is replaced (recover);
+one that dies before it says it is up still breaks the pool
+(mizu._failures), as its successor would most likely die the same way, and
+a task that kills its worker fails once and is not run again: no death
+loops. A task past its deadline (task_timeout), or stopped while it runs
+(stop), has its worker ended: the tasks queued behind it on its ring are
+withdrawn and sent again, the worker gets SIGTERM and, after a grace,
+SIGKILL, and once it has exited it is replaced (end_running, then
+recover). Whether a task has started, and when, is read from its ring's
+tickets (claim, last_claim): the hot paths keep no clock. Whoever collects
+looks at the deadlines once the earliest may have passed
+(Roster.next_check_ns, check_deadlines), and the waits of the collecting
+caller and the manager thread end by then.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+
+from mizu._collect cimport Collector
+from mizu._core cimport _Ring
+from mizu._future cimport Cell, cell_of, drop_task, is_done, set_cancelled, set_exception
+from mizu._observers cimport SETTLED
+from mizu._roster cimport Worker, signal_process
+from mizu.includes.spin cimport kForever, now_ns
+
+from concurrent.futures import _base
+
+from mizu._collect import Future
+from mizu._errors import WorkerDied, obituary, task_repr
+
+__all__ = ["Controller"]
+
+cdef uint64_t _WITHDRAWN = 1ULL << 63       # a ticket word's mark of a withdrawal (csrc/ring.hpp)
+cdef uint64_t _EVERY_TICKET = 1ULL << 62    # withdrawing up to it withdraws every ticket to come
+cdef int64_t _END_GRACE_NS = 200_000_000     # an ending worker's time from SIGTERM to SIGKILL
+cdef int64_t _DEATH_POLL_NS = 1_000_000      # how often an ending worker is looked at until it has exited
+
+cdef object _RUNNING = _base.RUNNING
+
+
+cdef inline bint _claimed(uint64_t word, uint64_t task_id) noexcept:
+    """Whether a ring's consumer has claimed task_id, by its ticket word (last_claim), of a task not yet answered."""
+    if word & _WITHDRAWN:
+        # Withdrawn behind the one it ran then, which it had claimed.
+        return task_id <= (word & ~_WITHDRAWN)
+    return word >= task_id
+
+
+cdef class Controller(Collector):
+    """The pool controlling running work: deadlines, stop(), and workers ended or dead replaced."""
+
+    def stop(self, future):
+        """Stop the task of future, pending or running; whether it did (False once it is done). Its future is cancelled.
+
+        A task not started yet is taken back (withdrawn from its worker's
+        ring, the tasks queued behind it sent again); a running one's worker
+        is ended and replaced (end_running).
+        """
+        cdef Cell cell
+        cdef Worker worker, holder
+        cdef int64_t at = 0
+        cdef uint64_t word
+        cdef Py_ssize_t i, claimed
+        if not isinstance(future, Future) or cell_of(future).pool is None or cell_of(future).pool() is not self:
+            raise ValueError(f"stop() takes a future that this executor's submit or map returned, not {future!r}")
+        cell = cell_of(future)
+        # Answered tasks leave the workers' queues first.
+        self.collect_if_free()
+        ended = []
+        self.send_lock.take(kForever)
+        try:
+            # Tried again while its worker moves from one task to the next.
+            while not is_done(cell):
+                if self.pending.remove(future):
+                    if cell.state is _RUNNING:   # taken back earlier, or reserved for a worker coming up
+                        self.reserved -= 1
+                    ended.append((None, future, None, 0.0))
+                    break
+                holder = None
+                for worker in self.workers:
+                    if worker.in_flight.index(future) >= 0:
+                        holder = worker
+                        break
+                if holder is None or holder.ending:
+                    break
+                word = (<_Ring>holder.ring)._last_claim(&at)
+                if _claimed(word, cell.task_id):
+                    if self.end_running(holder, future):
+                        ended.append((holder, future, None, max(0.0, (now_ns() - at) * 1e-9)))
+                    break   # else it has just been answered
+                # Not started: every task of its worker after the one it runs
+                # is withdrawn; this one is dropped, the others sent again.
+                if (<_Ring>holder.ring)._withdraw(
+                        word & ~_WITHDRAWN, cell_of(holder.in_flight.at(holder.in_flight.size() - 1)).task_id):
+                    claimed = 0
+                    while (claimed < holder.in_flight.size()
+                           and _claimed(word, cell_of(holder.in_flight.at(claimed)).task_id)):
+                        claimed += 1
+                    self.requeue(holder, claimed)
+                    self.pending.remove(future)
+                    self.reserved -= 1
+                    ended.append((None, future, None, 0.0))
+                    break
+        finally:
+            self.send_lock.give()
+        self.close_ended(ended)
+        self.dispatch()
+        return bool(ended)
+
+    cdef check_deadlines(self):
+        """End the workers whose running task is past its deadline; SIGKILL the ending ones past their grace.
+
+        Called with recv_lock held once next_check_ns has passed; sets it
+        again. A task that has not started yet cannot pass its deadline
+        before now plus its timeout, which is when it is looked at again.
+        """
+        cdef Worker worker
+        cdef Cell cell
+        cdef Py_ssize_t i
+        cdef int64_t now, at, due, next_ns = kForever
+        cdef uint64_t word
+        ended = []
+        self.send_lock.take(kForever)
+        try:
+            now = now_ns()
+            for worker in self.workers:
+                if worker.ending:
+                    if worker.kill_at and now >= worker.kill_at:
+                        signal_process(worker.process, "kill")
+                        worker.kill_at = 0
+                    next_ns = min(next_ns, worker.kill_at or now + _DEATH_POLL_NS)
+                    continue
+                for i in range(worker.in_flight.size()):
+                    future = worker.in_flight.at(i)
+                    cell = cell_of(future)
+                    if not cell.timeout_ns:
+                        continue
+                    due = now + cell.timeout_ns
+                    if i == 0:
+                        word = worker.ring._last_claim(&at)
+                        if _claimed(word, cell.task_id):
+                            due = at + cell.timeout_ns
+                            if due <= now:
+                                timeout = cell.timeout_ns * 1e-9
+                                task = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
+                                if self.end_running(worker, future):
+                                    error = TimeoutError(
+                                        f"{task} ran longer than its task_timeout of {timeout:g} s: its worker "
+                                        f"(process {worker.process.pid}) was ended, and is replaced.")
+                                    ended.append((worker, future, error, (now - at) * 1e-9))
+                                    due = now + _DEATH_POLL_NS
+                                else:   # it has just ended: its result is in the ring
+                                    due = now + _DEATH_POLL_NS
+                    next_ns = min(next_ns, due)
+                    break
+            self.next_check_ns = next_ns
+        finally:
+            self.send_lock.give()
+        self.close_ended(ended)
+
+    cdef bint end_running(self, Worker worker, future) except -1:
+        """End the task of future, which worker runs: its process ends, and is replaced. Under send_lock.
+
+        The tickets queued behind it are withdrawn first, so the worker runs
+        none of them, and they go back to `pending`; False if the worker has
+        answered the task meanwhile. The future is the caller's to settle
+        (close_ended).
+        """
+        cdef Cell cell = cell_of(future)
+        if not (<_Ring>worker.ring)._withdraw(cell.task_id, _EVERY_TICKET):
+            return False
+        self.requeue(worker, worker.in_flight.index(future) + 1)
+        worker.in_flight.pop_newest()
+        worker.outbox.clear()
+        self.feeding.discard(worker)
+        worker.ending = True
+        worker.kill_at = now_ns() + _END_GRACE_NS
+        self.arm(now_ns() + _DEATH_POLL_NS)
+        signal_process(worker.process, "terminate")
+        self.kicked.set()   # the manager thread looks for its end from now on
+        return True
+
+    cdef close_ended(self, list ended):
+        """Settle the futures of tasks ended outside a worker.
+
+        ended: (worker that ran it or None, future, error or None to cancel
+        it, seconds it ran).
+        """
+        cdef Cell cell
+        for worker, future, error, seconds in ended:
+            cell = cell_of(future)
+            if worker is not None:
+                self.tell(SETTLED, (<Worker>worker).index, cell, seconds)
+            drop_task(cell)
+            if cell.observed and self.watched:
+                self.watched -= 1
+            try:
+                if error is None:
+                    set_cancelled(future, cell)
+                else:
+                    set_exception(future, cell, error)
+            except _base.InvalidStateError:
+                pass
+
+    cdef recover(self, Worker worker):
+        """Replace worker, whose process exited without retiring and has been reaped; fail the task it ran.
+
+        Its results are all collected (check_workers); what it left half
+        pushed in the result ring is voided, and the task it had claimed,
+        unless the pool ended it (end_running), fails with WorkerDied. What
+        it had not claimed runs elsewhere or on its successor (replace).
+        """
+        cdef Cell cell
+        cdef int64_t at = 0
+        cdef uint64_t word
+        proc = worker.process
+        self.results.void_abandoned(proc.pid)
+        running = None
+        self.send_lock.take(kForever)
+        try:
+            if worker.in_flight.size():
+                word = (<_Ring>worker.ring)._last_claim(&at)
+                if _claimed(word, cell_of(worker.in_flight.oldest()).task_id):
+                    running = worker.in_flight.pop_oldest()
+        finally:
+            self.send_lock.give()
+        if running is not None:
+            cell = cell_of(running)
+            task = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
+            code = proc.exitcode
+            error = WorkerDied(f"{obituary(proc, None, True, task, '')[:-1]}; the pool replaces it.", proc.pid,
+                               code if code is not None and code >= 0 else None,
+                               -code if code is not None and code < 0 else None, task)
+            self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
+        self.replace(worker)
+
