@@ -185,8 +185,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = record.parser(__doc__.splitlines()[0], 20, "deaths, and stdlib pools started (default 20)",
                            "fewer tasks and runs, for a smoke test")
-    parser.add_argument("--method", default=multiprocessing.get_start_method(),
-                        choices=multiprocessing.get_all_start_methods(), help="the start method of every pool")
+    # A pool with a control that replaces workers refuses fork, and takes forkserver in place of a default fork.
+    default = "forkserver" if multiprocessing.get_start_method() == "fork" else multiprocessing.get_start_method()
+    parser.add_argument("--method", default=default, choices=[m for m in multiprocessing.get_all_start_methods()
+                                                              if m != "fork"],
+                        help=f"the start method of every pool (default {default})")
     args = parser.parse_args(argv)
     context = multiprocessing.get_context(args.method)
     repeats, tasks, batches, n = (3, 10, 3, 200) if args.quick else (args.repeats, 100, 7, 2000)

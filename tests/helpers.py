@@ -214,6 +214,19 @@ def returns_within(call, timeout):
         raise failure[0]
 
 
+def wait_replaced(workers, size, victim=None, timeout=60):
+    """Wait until workers() (a pool's worker pids) holds size pids, victim not among them: a worker that ended
+    has its replacement. Fails after timeout seconds, or at once if the pool holds more than size."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = set(workers())
+        assert len(pids) <= size, f"the pool has {len(pids)} workers, more than {size}"
+        if len(pids) == size and victim not in pids:
+            return pids
+        assert time.monotonic() < deadline, f"the pool kept workers {sorted(pids)}, not {size} without {victim}"
+        time.sleep(0.01)
+
+
 def assert_stops(stop, future):
     """stop(future) returns True and leaves the future cancelled: its result() raises CancelledError."""
     assert stop(future) is True

@@ -16,7 +16,6 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import signal
-import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pebble
@@ -26,13 +25,14 @@ import children
 import executor_children
 import mizu
 from helpers import (announced_pid, assert_stops, exit_all, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, tallies, tally_pid)
+                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced)
 
 pytestmark = pytest.mark.timeout(120)
 
 WAIT = 60       # seconds a single wait may take before the case counts as hung
 GRACE = 10      # seconds past its deadline by which a task that will not stop must have ended
-FORK = multiprocessing.get_context("fork")
+# The controls that replace workers refuse a fork context: each case uses forkserver, for pebble too.
+FORKSERVER = multiprocessing.get_context("forkserver")
 
 
 class MizuPool:
@@ -87,10 +87,10 @@ class PebblePool:
 
 @pytest.fixture(params=["mizu", "pebble"])
 def oracle(request):
-    """make(workers, context=fork): mizu's pool, then pebble's as the oracle; each ended when the case ends."""
+    """make(workers, context=forkserver): mizu's pool, then pebble's as the oracle; each ended when the case ends."""
     made = []
 
-    def make(workers, context=FORK):
+    def make(workers, context=FORKSERVER):
         made.append((MizuPool if request.param == "mizu" else PebblePool)(workers, context))
         return made[-1]
 
@@ -115,7 +115,7 @@ def _assert_the_others_ran_once(pool, tally, others, victim, **started):
     assert tallies(tally) == {**started, "beside": 1, **{str(i): 1 for i in range(6)}}
     assert pool.submit(children.double, 21).result(timeout=WAIT) == 42
     if isinstance(pool, MizuPool):
-        assert victim not in _full(pool.ex)
+        _full(pool.ex, victim)
 
 
 def _settles(future, within):
@@ -125,14 +125,9 @@ def _settles(future, within):
     return future.exception()
 
 
-def _full(ex):
-    """Wait until the pool has its max_workers processes again; return their pids."""
-    deadline = time.monotonic() + WAIT
-    while len(ex._processes) < ex._max_workers:
-        assert time.monotonic() < deadline, f"the pool kept {len(ex._processes)} of {ex._max_workers} workers"
-        time.sleep(0.01)
-    assert len(ex._processes) == ex._max_workers, ex._processes
-    return set(ex._processes)
+def _full(ex, victim=None):
+    """The pids of the pool's workers once it has max_workers again, victim not among them."""
+    return wait_replaced(lambda: ex._processes, ex._max_workers, victim)
 
 
 # -- a deadline per task ----------------------------------------------------------------------------------------
@@ -169,7 +164,7 @@ def test_a_task_that_does_not_stop_at_sigterm_still_ends_by_its_deadline(oracle,
 
 def test_a_thousand_short_tasks_one_in_ten_overrunning_each_settle_once(tmp_path):
     tally = str(tmp_path / "tally")
-    ex = mizu.ProcessPoolExecutor(2, mp_context=FORK, task_timeout=0.2)
+    ex = mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, task_timeout=0.2)
     try:
         pids = settle_one_in_ten_overrunning(
             lambda i, seconds: ex.submit(executor_children.tally_then_nap, tally, i, seconds), 1000, tally, 120)
@@ -218,16 +213,19 @@ def test_stopping_a_done_future_returns_false_and_keeps_its_result(oracle):
     assert done.result(timeout=0) == 42
 
 
-def test_cancel_keeps_the_stdlib_meaning_for_a_running_task(tmp_path):
+@pytest.mark.parametrize("kind", ["mizu", "stdlib"])
+def test_cancel_keeps_the_stdlib_meaning_beside_a_deadline(tmp_path, kind):
     marker = str(tmp_path / "running")
-    with mizu.ProcessPoolExecutor(1, task_timeout=WAIT) as ex:
+    ex = mizu.ProcessPoolExecutor(1, task_timeout=WAIT) if kind == "mizu" else cf.ProcessPoolExecutor(1)
+    with ex:
         running = ex.submit(children.announce_then_nap, marker, 0.5)
-        pending = ex.submit(children.double, 21)
+        queued = [ex.submit(children.double, i) for i in range(8)]
         announced_pid(marker)
         assert running.cancel() is False
-        assert pending.cancel() is True
+        assert queued[-1].cancel() is True
         assert running.result(timeout=WAIT) == 0.5
-        assert pending.cancelled()
+        assert [f.result(timeout=WAIT) for f in queued[:-1]] == [2 * i for i in range(7)]
+        assert queued[-1].cancelled()
 
 
 # -- a worker that dies mid-task --------------------------------------------------------------------------------
@@ -236,7 +234,7 @@ def test_cancel_keeps_the_stdlib_meaning_for_a_running_task(tmp_path):
 ENDINGS = {"exit": ("exit", 3), "killed": ("signal", signal.SIGKILL), "segfault": ("signal", signal.SIGSEGV)}
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
 @pytest.mark.parametrize("how", list(ENDINGS))
 def test_a_worker_that_dies_mid_task_fails_only_its_task(oracle, tmp_path, how, method):
     pool = oracle(2, multiprocessing.get_context(method))
@@ -283,7 +281,7 @@ def test_a_deadline_or_a_stop_does_not_break_a_pool_that_breaks_on_death(tmp_pat
         else:
             assert isinstance(ended.exception(timeout=WAIT), TimeoutError)
         assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
-        assert victim not in _full(ex)
+        _full(ex, victim)
 
 
 # -- a worker's memory ------------------------------------------------------------------------------------------
@@ -291,10 +289,10 @@ def test_a_deadline_or_a_stop_does_not_break_a_pool_that_breaks_on_death(tmp_pat
 
 @pytest.mark.parametrize("limit", [100 << 20, None], ids=["limit", "no limit"])
 def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_next(limit):
-    with mizu.ProcessPoolExecutor(1) as probe:
-        # A forked worker starts as large as the client: the limit is above that.
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER) as probe:
+        # The limit is above what a worker takes before its first task.
         baseline = resident_memory(probe.submit(children.pid).result(timeout=WAIT))
-    with mizu.ProcessPoolExecutor(1, max_worker_memory=limit and baseline + limit) as ex:
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, max_worker_memory=limit and baseline + limit) as ex:
         first = ex.submit(children.pid).result(timeout=WAIT)
         assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
         assert ex.submit(executor_children.hoard, 200 << 20).result(timeout=WAIT) == first
@@ -351,6 +349,13 @@ def test_bad_arguments_are_refused_naming_the_argument(kwargs, error, name):
     with pytest.raises(error, match=name) as info:
         mizu.ProcessPoolExecutor(2, **kwargs)
     assert "unexpected keyword" not in str(info.value)
+
+
+@pytest.mark.parametrize("control", [{"task_timeout": 1}, {"worker_death": "replace"}, {"max_worker_memory": 1 << 30}],
+                         ids=lambda control: next(iter(control)))
+def test_a_control_that_replaces_workers_refuses_a_fork_context(control):
+    with pytest.raises(ValueError, match=f"{next(iter(control))}.*'fork'"):
+        mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), **control)
 
 
 @pytest.mark.parametrize("value, error", [("1", TypeError), (0, ValueError), (-0.1, ValueError)])

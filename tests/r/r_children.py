@@ -12,9 +12,9 @@ R_MARK_AND_SLEEP = ("function(directory, data) { file.create(file.path(directory
 R_WAIT_FOR_FILE = "function(path) { while (!file.exists(path)) Sys.sleep(0.01); Sys.getpid() }"
 
 # Appends "value pid" to path as it starts (helpers.tallies counts the lines), then sleeps: executor_children's
-# tally_then_nap in R.
-R_TALLY_THEN_NAP = ('function(path, value, seconds) { cat(value, Sys.getpid(), "\\n", file = path, append = TRUE); '
-                    'Sys.sleep(seconds); value }')
+# tally_then_nap in R. The line is one string, so that it is one write: the workers append to the same file.
+R_TALLY_THEN_NAP = ('function(path, value, seconds) { cat(paste0(value, " ", Sys.getpid(), "\\n"), file = path, '
+                    'append = TRUE); Sys.sleep(seconds); value }')
 R_HOARD = "function(n) { assign('hoard', rep(1, n / 8), envir = globalenv()); Sys.getpid() }"
 
 

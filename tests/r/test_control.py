@@ -8,14 +8,13 @@ how many times each ran. Times are asserted only as bounds on a hang.
 
 import os
 import signal
-import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
 import mizu
 from helpers import (assert_stops, exit_all, resident_memory, returns_within, settle_one_in_ten_overrunning, tallies,
-                     tally_pid)
+                     tally_pid, wait_replaced)
 from r_children import R_HOARD, R_TALLY_THEN_NAP, R_WAIT_FOR_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,14 +44,9 @@ def make(r_library):
         exit_all(pids, WAIT)
 
 
-def _worker_pids(pool):
-    """The pids of the pool's workers, once it has all of them again (one replaced may still be starting)."""
-    deadline = time.monotonic() + WAIT
-    while len(pool._pool.workers) < pool._max_workers:
-        assert time.monotonic() < deadline, f"the pool kept {len(pool._pool.workers)} workers"
-        time.sleep(0.01)
-    assert len(pool._pool.workers) == pool._max_workers
-    return {w.process.pid for w in pool._pool.workers}
+def _full(pool, victim=None):
+    """The pids of the pool's workers once it has max_workers again, victim not among them."""
+    return wait_replaced(lambda: [w.process.pid for w in pool._pool.workers], pool._max_workers, victim)
 
 
 def _others(pool, tally):
@@ -70,7 +64,7 @@ def _assert_the_others_ran_once(pool, tally, others, victim, **started):
     exit_all([victim], WAIT)
     assert tallies(tally) == {**started, "beside": 1, **{str(i): 1 for i in range(6)}}
     assert pool.submit("function(x) x * 2L", 21).result(timeout=WAIT) == 42
-    assert victim not in _worker_pids(pool)
+    _full(pool, victim)
 
 
 # -- a deadline per task ----------------------------------------------------------------------------------------
@@ -91,7 +85,7 @@ def test_a_hundred_r_tasks_one_in_ten_overrunning_each_settle_once(make, tmp_pat
     pool = make(2, task_timeout=0.2)
     pids = settle_one_in_ten_overrunning(lambda i, seconds: pool.submit(R_TALLY_THEN_NAP, tally, i, seconds),
                                          100, tally, WAIT)
-    _worker_pids(pool)
+    _full(pool)
     assert pool.submit("function(x) x * 2L", 21).result(timeout=WAIT) == 42
     returns_within(lambda: pool.shutdown(wait=True), WAIT)
     exit_all(pids, 10)
@@ -154,8 +148,8 @@ def test_an_r_worker_that_dies_mid_task_fails_only_its_task(make, tmp_path, how)
     body, exitcode, signum = DEATHS[how]
     pool = make(2, worker_death="replace")
     tally = str(tmp_path / "tally")
-    dying = pool.submit(f'function(path) {{ cat("dying", Sys.getpid(), "\\n", file = path, append = TRUE); {body} }}',
-                        tally)
+    dying = pool.submit(f'function(path) {{ cat(paste0("dying ", Sys.getpid(), "\\n"), file = path, append = TRUE); '
+                        f'{body} }}', tally)
     others = _others(pool, tally)
     victim = tally_pid(tally, "dying")
     if how == "killed":
@@ -167,7 +161,7 @@ def test_an_r_worker_that_dies_mid_task_fails_only_its_task(make, tmp_path, how)
     assert error.signal == signum
     if exitcode is not None:
         assert error.exitcode == exitcode
-    assert "dying" in error.task, error.task
+    assert error.task.startswith("(function(path) {") and body.split("; ")[-1] in error.task, error.task
     _assert_the_others_ran_once(pool, tally, others, victim, dying=1)
 
 
@@ -193,7 +187,7 @@ def test_a_deadline_or_a_stop_does_not_break_an_r_pool_that_breaks_on_death(make
     else:
         assert isinstance(ended.exception(timeout=WAIT), TimeoutError)
     assert pool.submit("function(x) x * 2L", 21).result(timeout=WAIT) == 42
-    assert victim not in _worker_pids(pool)
+    _full(pool, victim)
 
 
 # -- a worker's memory ------------------------------------------------------------------------------------------
