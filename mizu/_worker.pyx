@@ -8,9 +8,10 @@ from libcpp cimport bool
 from libcpp.memory cimport unique_ptr
 from cython.operator cimport dereference as deref
 
-from mizu._core cimport PeerWatch, _Ring
+from mizu._liveness cimport PeerWatch
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
                              Codec, body_with_buffers)
+from mizu._rings cimport _Ring
 from mizu._wire cimport decode_at
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.messages cimport Message, ResultHeader, Status, kWireBody
