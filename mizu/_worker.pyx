@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 
-from mizu import _arena, _core
+from mizu import _arena, _array_data, _core
 
 __all__ = ["main"]
 
@@ -69,13 +69,13 @@ def _with_traceback(exc):
 def _give_back_idle_memory():
     while True:
         time.sleep(_IDLE_MEMORY_SECONDS)
-        _arena.release_idle_memory(_IDLE_MEMORY_SECONDS)
+        _array_data.release_idle_memory(_IDLE_MEMORY_SECONDS)
 
 
 def _arrays_in_the_arena():
     """From now on large arrays that tasks make lie in shared memory, so that results cross without a copy."""
     try:
-        _arena.install_array_handler()
+        _array_data.install_array_handler()
         _arena.keep_large_mappings()
         # Whether the worker waits or works: a long task may have freed them.
         threading.Thread(target=_give_back_idle_memory, daemon=True, name="mizu-idle-memory").start()
