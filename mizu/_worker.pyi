@@ -2,7 +2,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from mizu._core import _Ring
+from mizu._rings import _Ring
 
 __all__ = ["main"]
 
