@@ -15,5 +15,6 @@ def main(
     initializer: Callable[..., object] | None,
     initargs: tuple[Any, ...],
     max_tasks: int | None,
+    max_memory: int | None = None,
     by_value: bool = False,
 ) -> None: ...
