@@ -45,7 +45,7 @@ def __getattr__(name):
     except ImportError as exc:
         import os
 
-        if os.path.exists(os.path.join(os.path.dirname(__file__), "_core.pyx")):
+        if os.path.exists(os.path.join(os.path.dirname(__file__), "_rings.pyx")):
             raise ImportError(
                 "mizu is being imported from its source folder, which holds no compiled "
                 "modules. Install it (`pip install .`) and run Python or pytest from "

@@ -13,7 +13,6 @@ Each process maps an arena segment once, on first use, and unmaps it when
 its last block here is gone.
 """
 
-cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -24,7 +23,7 @@ from libcpp.memory cimport shared_ptr
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
 from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
-from mizu.includes.array_data cimport ArrayBlock, ArrayData
+from mizu.includes.array_data cimport ArrayBlock
 from mizu.includes.segment cimport Segment as CSegment
 
 import collections
@@ -37,8 +36,7 @@ import time
 import weakref
 from multiprocessing import reduction
 
-__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "array_arena", "born_block", "is_born",
-           "install_array_handler", "REF_SIZE", "DEFAULT_SEGMENT_SIZE", "ARRAY_THRESHOLD"]
+__all__ = ["Arena", "Block", "open_block", "default_arena", "arena_block", "REF_SIZE", "DEFAULT_SEGMENT_SIZE"]
 
 REF_SIZE = sizeof(BlockRef)
 DEFAULT_SEGMENT_SIZE = 32 << 20
@@ -58,13 +56,8 @@ def _limit_from_env():
     return int(match[1]) * _UNITS[match[2].lower()]
 
 
-@cython.final
 cdef class _Mapping:
     """This process's mapping of one arena segment; its blocks keep it alive."""
-
-    cdef shared_ptr[CSegment] seg
-    cdef object __weakref__
-
 
 # (arena id, segment id) -> the _Mapping of that segment in this process.
 _mappings = weakref.WeakValueDictionary()
@@ -121,8 +114,6 @@ cdef _Mapping _mapped(uint64_t arena_id, uint32_t segment_id, shared_ptr[CSegmen
     return m
 
 
-@cython.final
-@cython.no_gc
 cdef class Block:
     """A block of shared memory from an `Arena`, holding one reference to it.
 
@@ -150,15 +141,6 @@ cdef class Block:
     offset : int
         Where its data starts in the segment.
     """
-
-    cdef _Mapping mapping
-    cdef char* data
-    cdef readonly uint64_t arena_id
-    cdef readonly uint64_t offset
-    cdef uint64_t length
-    cdef readonly uint32_t segment_id
-    cdef uint32_t generation
-    cdef int holder  # the process whose reference this is
 
     @staticmethod
     cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length,
@@ -351,7 +333,7 @@ cdef class Arena:
         than the free space of `dir` when given.
     dir : str or os.PathLike, optional
         A directory (a tmpfs such as ``/dev/shm``) to take the memory from;
-        anonymous memory by default. See `mizu._core.Segment`.
+        anonymous memory by default. See `mizu._segment.Segment`.
 
     Raises
     ------
@@ -360,15 +342,6 @@ cdef class Arena:
     MemoryError
         The first segment cannot be had.
     """
-
-    # Shared so that an alloc in flight, which holds its own copy with the
-    # GIL released, keeps the arena alive through a close() meanwhile.
-    cdef shared_ptr[CArena] arena
-    cdef uint64_t arena_id
-    # The mappings of the shared (not dedicated) segments, kept while the
-    # arena is open so that allocating does not map them anew; those of the
-    # segments the arena retires are dropped.
-    cdef dict segments
 
     def __init__(self, *, segment_size=DEFAULT_SEGMENT_SIZE, limit=None, dir=None):
         cdef ArenaOptions opt
@@ -678,125 +651,3 @@ def arena_block(obj):
     if offset < 0 or offset + nbytes > (<Block>block).nbytes:
         return None
     return block, offset, nbytes
-
-
-# Array data born in the arena (csrc/array_data.hpp): in a worker, numpy
-# takes every array's data of ARRAY_THRESHOLD bytes or more from an arena
-# kept for array data (array_arena), so that a large result it returns crosses to the client by
-# reference. Smaller arrays keep numpy's allocator, which is faster for them
-# and whose data the pickle carries in band anyway below mizu._messages'
-# INLINE.
-ARRAY_THRESHOLD = 1 << 16
-_ARRAY_SEGMENT_SIZE = 8 << 20
-
-cdef extern from "array_handler.hpp":
-    int _set_array_handler "mizu::install_array_handler"(ArrayData* owner) except -1
-
-cdef ArrayData* _array_data = NULL
-cdef Arena _array_arena = None
-cdef int _array_pid = 0
-
-
-def install_array_handler():
-    """install_array_handler()
-
-    Make numpy take the data of arrays of `ARRAY_THRESHOLD` bytes or more
-    from an arena of this process (`array_arena`), in this thread's context and
-    those copied from it; a no-op after the first call in a process. The
-    worker calls it once numpy is imported. Arrays made before keep their
-    allocator; a forked child's new arrays go to numpy's own allocator until
-    it calls this itself.
-
-    Raises
-    ------
-    RuntimeError
-        numpy is not imported.
-    """
-    global _array_data, _array_arena, _array_pid
-    if _array_data != NULL and _array_pid == current_pid():
-        return
-    if sys.modules.get("numpy") is None:
-        raise RuntimeError("install_array_handler needs numpy imported first")
-    # An arena of their own: a forked child maps its segments privately
-    # (csrc/array_data.hpp), which must not touch the default arena's
-    # blocks, shared with forked children by design.
-    arena = Arena(segment_size=_ARRAY_SEGMENT_SIZE)
-    cdef ArrayData* data = new ArrayData((<Arena>arena).arena, ARRAY_THRESHOLD, _array_data)
-    try:
-        _set_array_handler(data)
-    except BaseException:
-        del data
-        raise
-    _array_data, _array_arena, _array_pid = data, arena, current_pid()
-
-
-def array_arena():
-    """array_arena()
-
-    The arena that `install_array_handler` made in this process, or None.
-    """
-    return _array_arena if _array_data != NULL and _array_pid == current_pid() else None
-
-
-def release_idle_memory(seconds):
-    """release_idle_memory(seconds)
-
-    Give back the segments of this process's arenas (the default one and
-    `array_arena`) that have held no block for `seconds`, and drop the
-    kept mappings of other processes' large segments unused as long
-    (`release_idle_mappings`).
-    """
-    for arena in (_default, array_arena()):
-        if arena is not None and not arena.closed:
-            arena.release_idle(seconds)
-    release_idle_mappings(seconds)
-
-
-def born_block(obj):
-    """born_block(obj)
-
-    Where the memory of a buffer lies, if numpy took it from the arena under
-    `install_array_handler`.
-
-    Parameters
-    ----------
-    obj : memoryview
-        A view of a numpy array's memory, such as ``PickleBuffer.raw()``.
-
-    Returns
-    -------
-    tuple of (Block, int, int, int) or None
-        A new `Block` holding a reference of its own to the array data's
-        block, the offset and length of `obj`'s bytes in it, and the address
-        of the array data, for `is_born`. None if `obj`'s memory was not
-        born in the arena of this process.
-    """
-    if _array_data == NULL or _array_data.live() == 0:
-        return None
-    ndarray = _ndarray_type()
-    view = memoryview(obj)
-    owner = view.obj
-    while isinstance(owner, ndarray) and owner.base is not None:
-        owner = owner.base
-    if not isinstance(owner, ndarray):
-        return None
-    address = owner.__array_interface__["data"][0]
-    cdef ArrayBlock where
-    if not _array_data.find(<void*><size_t>address, &where) or _array_arena.closed:
-        return None
-    block = _array_arena._another_reference(where)
-    low, nbytes = _span(_address(view), view.shape, view.strides, view.itemsize, view.nbytes == 0)
-    offset = low - (<Block>block).address
-    if offset < 0 or offset + nbytes > (<Block>block).nbytes:
-        return None
-    return block, offset, nbytes, address
-
-
-def is_born(address):
-    """is_born(address)
-
-    Whether the array data at `address` (from `born_block`) is still live in
-    this process: some array here still holds it.
-    """
-    cdef ArrayBlock where
-    return _array_data != NULL and _array_data.find(<void*><size_t>address, &where)

@@ -13,12 +13,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int64_t
 
-from mizu._core cimport _Ring
 from mizu._failures cimport Watchdog
 from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
 from mizu._messages cimport READY, RETIRING, Reassembler, body_of, is_chunk
 from mizu._roster cimport MAX_DEPTH, Worker
 from mizu._observers cimport SETTLED, UP
+from mizu._rings cimport _Ring
 from mizu._sync cimport Fifo, Lock
 from mizu.includes.messages cimport Message, kResult, read_message
 from mizu.includes.spin cimport kForever, now_ns

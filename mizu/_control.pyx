@@ -20,9 +20,9 @@ caller and the manager thread end by then.
 from libc.stdint cimport int64_t, uint64_t
 
 from mizu._collect cimport Collector
-from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, drop_task, is_done, set_cancelled, set_exception
 from mizu._observers cimport SETTLED
+from mizu._rings cimport _Ring
 from mizu._roster cimport Worker, signal_process
 from mizu.includes.spin cimport kForever, now_ns
 

@@ -8,9 +8,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t
 
 from mizu._control cimport Controller
-from mizu._core cimport _Ring
 from mizu._future cimport Cell, cell_of, drop_task, new_future, set_running
 from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, chunks
+from mizu._rings cimport _Ring
 from mizu._roster cimport Worker
 from mizu.includes.messages cimport TaskHeader, task_header
 from mizu.includes.spin cimport kForever, now_ns

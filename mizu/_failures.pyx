@@ -15,8 +15,8 @@ that dies is replaced instead (mizu._control).
 
 from libcpp.vector cimport vector
 
-from mizu._core cimport PeerWatch
 from mizu._future cimport Cell, cell_of, drop_task
+from mizu._liveness cimport PeerWatch
 from mizu._messages cimport STARTING
 from mizu._roster cimport Roster, Worker
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch

@@ -8,7 +8,7 @@ child would need (no other threads running Python-visible work).
 from mizu.includes.harness cimport StressResult, pin_to_cpu, pingpong_floor_ns, pingpong_ring_ns, stress_mpmc
 from mizu.includes.waiter cimport WaitBackend
 
-from mizu._core import _backend
+from mizu._waiter import _backend
 
 __all__ = ["pin_process", "pingpong_floor", "pingpong_ring", "stress"]
 

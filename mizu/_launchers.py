@@ -18,7 +18,7 @@ from mizu._worker import main as _worker_main
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from mizu._core import _Ring
+    from mizu._rings import _Ring
 
 __all__ = ["Launcher", "MultiprocessingLauncher"]
 

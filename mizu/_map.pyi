@@ -23,4 +23,5 @@ def map_results(
     buffersize: int | None,
     workers: int,
     progress: bool | Mapping[str, Any] | None = False,
+    timeout_ns: int = -1,
 ) -> MapResults: ...

@@ -37,7 +37,8 @@ from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader
 import os
 import types
 
-from mizu._arena import arena_block, born_block, default_arena, is_born, open_block
+from mizu._arena import arena_block, default_arena, open_block
+from mizu._array_data import born_block, is_born
 from mizu._pickler import dumps as _pickle, loads as _unpickle
 from mizu._wire import encode_for_peer
 
@@ -164,7 +165,7 @@ def _place(raw):
 cdef list _place_handed(list buffers):
     """_place for each buffer of a value whose sender has let go of it; empties buffers.
 
-    Array data that numpy took from the arena (mizu._arena.born_block) is
+    Array data that numpy took from the arena (mizu._array_data.born_block) is
     sent by reference if, once these buffers are dropped too, no array of
     this process holds it any more: then nothing here can write to it after
     the receiver has it, as with a copy. Data still held here is copied.

@@ -2,9 +2,9 @@
 
 from libc.stdint cimport int64_t
 
-from mizu._core cimport _Ring
 from mizu._future cimport Cell
 from mizu._observers cimport SETTLED, Event, ProgressBars, SentByValue, WorkFigures
+from mizu._rings cimport _Ring
 from mizu._sync cimport Fifo, Lock
 
 cdef enum:

@@ -2,7 +2,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from mizu._core import _Ring
+from mizu._rings import _Ring
 
 __all__ = ["main"]
 
@@ -15,5 +15,6 @@ def main(
     initializer: Callable[..., object] | None,
     initargs: tuple[Any, ...],
     max_tasks: int | None,
+    max_memory: int | None = None,
     by_value: bool = False,
 ) -> None: ...

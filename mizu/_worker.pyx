@@ -8,9 +8,10 @@ from libcpp cimport bool
 from libcpp.memory cimport unique_ptr
 from cython.operator cimport dereference as deref
 
-from mizu._core cimport PeerWatch, _Ring
+from mizu._liveness cimport PeerWatch
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
                              Codec, body_with_buffers)
+from mizu._rings cimport _Ring
 from mizu._wire cimport decode_at
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.messages cimport Message, ResultHeader, Status, kWireBody
@@ -23,7 +24,7 @@ import threading
 import time
 import traceback
 
-from mizu import _arena, _core
+from mizu import _arena, _array_data, _core
 
 __all__ = ["main"]
 
@@ -68,13 +69,13 @@ def _with_traceback(exc):
 def _give_back_idle_memory():
     while True:
         time.sleep(_IDLE_MEMORY_SECONDS)
-        _arena.release_idle_memory(_IDLE_MEMORY_SECONDS)
+        _array_data.release_idle_memory(_IDLE_MEMORY_SECONDS)
 
 
 def _arrays_in_the_arena():
     """From now on large arrays that tasks make lie in shared memory, so that results cross without a copy."""
     try:
-        _arena.install_array_handler()
+        _array_data.install_array_handler()
         _arena.keep_large_mappings()
         # Whether the worker waits or works: a long task may have freed them.
         threading.Thread(target=_give_back_idle_memory, daemon=True, name="mizu-idle-memory").start()

@@ -2,8 +2,8 @@
 // least its threshold comes from the arena, everything else from the
 // handler that was current before, which also takes what the arena cannot.
 //
-// Only mizu._arena includes this, and calls install_array_handler only once
-// numpy is imported: the module itself must not import numpy.
+// Only mizu._array_data includes this, and calls install_array_handler only
+// once numpy is imported: the module itself must not import numpy.
 #pragma once
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION

@@ -105,7 +105,7 @@ def kept_first(name, value=None):
 
 def arena_stats():
     """The stats() of the arena that this process's large numpy arrays come from."""
-    from mizu._arena import array_arena
+    from mizu._array_data import array_arena
 
     return array_arena().stats()
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import arrays_children
 import mizu
-from mizu import _arena
+from mizu import _arena, _array_data
 
 N = 200_000   # float64s: 1.6 MB, well above the arena's threshold
 
@@ -140,9 +140,10 @@ def test_arrays_past_the_workers_arena_limit_come_from_numpy(monkeypatch):
 # The allocator itself, in this process: installed in a context of its own
 # so that the rest of the tests' arrays keep numpy's allocator.
 _context = contextvars.copy_context()
-_context.run(_arena.install_array_handler)
+_context.run(_array_data.install_array_handler)
 
-_sizes = st.one_of(st.integers(0, 4096), st.integers(_arena.ARRAY_THRESHOLD - 64, _arena.ARRAY_THRESHOLD + 64),
+_sizes = st.one_of(st.integers(0, 4096),
+                   st.integers(_array_data.ARRAY_THRESHOLD - 64, _array_data.ARRAY_THRESHOLD + 64),
                    st.integers(1, 3 << 20))
 _ops = st.lists(st.tuples(st.sampled_from(["empty", "zeros", "resize", "drop", "pickle"]), _sizes,
                           st.integers(0, 255)), max_size=30)
@@ -157,8 +158,8 @@ def _check_allocations(ops):
                 assert not a.any()
             a[:] = fill
             live.append((a, fill))
-            found = _arena.born_block(memoryview(a)) if a.size else None
-            assert (found is not None) == (size >= _arena.ARRAY_THRESHOLD)
+            found = _array_data.born_block(memoryview(a)) if a.size else None
+            assert (found is not None) == (size >= _array_data.ARRAY_THRESHOLD)
         elif live and op == "resize":
             a, old = live.pop(fill % len(live))
             kept = min(a.size, size)
@@ -187,5 +188,5 @@ def test_array_data_in_the_arena_behaves_as_numpys_own(ops):
 
 def test_a_born_array_is_no_arena_array_to_share():
     a = _context.run(np.ones, N)
-    assert _arena.born_block(memoryview(a)) is not None
+    assert _array_data.born_block(memoryview(a)) is not None
     assert mizu.arena_block(a) is None

@@ -1,21 +1,13 @@
-# The core's extension types, for other Cython modules of mizu to call at C speed.
+# The rings' extension types, for other Cython modules of mizu to call at C speed.
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp.memory cimport unique_ptr
 
 from mizu.includes.any_ring cimport AnyRing
-from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.ring cimport Reservation, RingKind
-from mizu.includes.segment cimport Segment as CSegment
 from mizu.includes.waiter cimport WaitStatus, Waiter
-
-
-cdef class Segment:
-    cdef unique_ptr[CSegment] seg
-
-
-cdef class PeerWatch:
-    cdef unique_ptr[CPeerWatch] watch
+from mizu._liveness cimport PeerWatch
+from mizu._segment cimport Segment
 
 
 cdef class _Ring:

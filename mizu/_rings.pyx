@@ -1,36 +1,28 @@
-"""Bindings over the shared-memory core: segments, rings, peer watches and the usable-CPU count.
-
-These are the building blocks of the Executor. A `Segment` is one anonymous
-shared mapping; rings live inside it at fixed offsets, so any process that
-holds the segment can attach to them. Segments and rings pickle by reference
-(the segment's descriptor travels through multiprocessing), so they can be
-passed to ``multiprocessing.Process`` whatever the start method.
-"""
+"""The rings (csrc/ring.hpp, csrc/any_ring.hpp): fixed-size slots in a `Segment` that processes
+push messages to and pop them from."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.exc cimport PyErr_CheckSignals
 from cython.operator cimport dereference as deref
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
-from libcpp cimport bool
 from libcpp.memory cimport unique_ptr
 from libcpp.utility cimport move
 
 from mizu.includes.any_ring cimport AnyRing
-from mizu.includes.cpus cimport usable_cpus as _usable_cpus
-from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.ring cimport Reservation, RingBase, RingKind, RingLayout
 from mizu.includes.segment cimport Segment as CSegment
-from mizu.includes.spin cimport cpu_relax, kForever, now_ns
-from mizu.includes.waiter cimport WaitBackend, WaitOptions, WaitStats, WaitStatus, Waiter
+from mizu.includes.spin cimport cpu_relax, now_ns
+from mizu.includes.waiter cimport WaitOptions, WaitStats, WaitStatus, Waiter
+from mizu._liveness cimport PeerWatch
+from mizu._segment cimport Segment, _bounded
+from mizu._waiter cimport _deadline, _hook_signals
 
 import operator
-import os
-import threading
-from multiprocessing import reduction
 
-__all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError", "usable_cpus"]
+from mizu._liveness import PeerDiedError
+
+__all__ = ["SpscRing", "MpmcRing"]
 
 # A blocking pop first polls about this long with the GIL held (less if its
 # waiter's spin budget or the deadline is shorter): a peer that answers
@@ -38,91 +30,6 @@ __all__ = ["Segment", "SpscRing", "MpmcRing", "PeerWatch", "PeerDiedError", "usa
 # GIL release and re-acquisition, which are a few hundred instructions each way
 # on the critical path. Other threads wait about this long for the GIL.
 cdef int64_t _HELD_SPIN_NS = 2000
-_BACKENDS = {"native": <int>WaitBackend.native, "portable": <int>WaitBackend.portable}
-_BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
-
-
-class PeerDiedError(ConnectionError):
-    """The process a blocking call was watching exited before the call could finish.
-
-    Attributes
-    ----------
-    pid : int
-        The process that died.
-    """
-
-    def __init__(self, pid):
-        super().__init__(f"peer process {pid} exited while this process waited on it")
-        self.pid = pid
-
-
-def usable_cpus():
-    """usable_cpus()
-
-    The CPUs this process may run on: its affinity mask's count on Linux,
-    the machine's hardware threads elsewhere; at least 1. The rings' spin
-    gate counts the same.
-    """
-    return _usable_cpus()
-
-
-def _backend(waiter):
-    name = os.environ.get("MIZU_WAITER", "native") if waiter is None else waiter
-    try:
-        return _BACKENDS[name]
-    except (KeyError, TypeError):
-        what = "MIZU_WAITER" if waiter is None else "waiter"
-        raise ValueError(f"{what} must be one of {sorted(_BACKENDS)}, got {name!r}") from None
-
-
-cdef uint64_t _bounded(str what, object value, uint64_t limit) except? 0:
-    value = operator.index(value)
-    if not 0 < value <= limit:
-        raise ValueError(f"{what} must be from 1 to {limit}, got {value}")
-    return value
-
-
-cdef int64_t _deadline(object timeout) except? -1:
-    if timeout is None:
-        return kForever
-    if not timeout >= 0:
-        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
-    return now_ns() + <int64_t>(min(float(timeout), 1e9) * 1e9)
-
-
-cdef extern from "Python.h":
-    # Declared without an exception value: the hook below leaves a raised
-    # exception pending for the blocking call to re-raise after the wait.
-    int _check_signals "PyErr_CheckSignals"()
-
-
-cdef bool _run_signal_handlers(void* ctx) noexcept with gil:
-    return _check_signals() == 0
-
-
-cdef extern from "pythread.h":
-    unsigned long PyThread_get_thread_ident() nogil
-
-
-# Signal handlers run in the main thread only, so only there does a blocked
-# call take the GIL each slice to run them. Another thread must never take
-# it from inside the core's C++ frames: while the interpreter finalizes,
-# CPython ends a daemon thread that asks for the GIL by unwinding its stack,
-# and a C++ frame's catch-all on the way would abort the process.
-cdef unsigned long _main_thread = threading.main_thread().ident
-
-
-def _forked_in_child():
-    global _main_thread
-    _main_thread = PyThread_get_thread_ident()   # the thread that forked is the child's main thread
-
-
-os.register_at_fork(after_in_child=_forked_in_child)
-
-
-cdef inline void _hook_signals(WaitOptions& opt) noexcept:
-    if PyThread_get_thread_ident() == _main_thread:
-        opt.hook.fn = _run_signal_handlers
 
 
 cdef int _reraise() except -1:
@@ -131,172 +38,6 @@ cdef int _reraise() except -1:
 
 cdef dict _stats_dict(const WaitStats& s):
     return {"spin_wins": s.spin_wins, "sleeps": s.sleeps, "late_wakeups": s.late_wakeups}
-
-
-cdef class Segment:
-    """Segment(size, *, dir=None, waiter=None)
-
-    A shared-memory segment for one pool, anonymous and pre-faulted.
-
-    Parameters
-    ----------
-    size : int
-        Bytes to reserve. All of it is reserved now, so a machine or tmpfs
-        without room fails here rather than with SIGBUS later.
-    dir : str or os.PathLike, optional
-        A directory (usually a tmpfs such as ``/dev/shm``) to take the memory
-        from. The file has no name there, so nothing is left behind. By
-        default the memory is anonymous (``memfd_create`` on Linux).
-    waiter : {"native", "portable"}, optional
-        How processes sleep on this segment's rings: the OS's address wait
-        (futex on Linux) or process-shared pthread condition variables. The
-        default comes from the ``MIZU_WAITER`` environment variable, else
-        ``"native"``.
-
-    Raises
-    ------
-    ValueError
-        `size` is not positive, or `waiter` (without it, ``MIZU_WAITER``)
-        is unknown.
-    MemoryError
-        The memory cannot be reserved.
-    """
-
-    def __init__(self, size, *, dir=None, waiter=None):
-        cdef size_t nbytes = _bounded("segment size", size, 1 << 62)
-        cdef WaitBackend backend = <WaitBackend><int>_backend(waiter)
-        cdef bytes path = os.fsencode(dir) if dir is not None else None
-        cdef const char* cpath = NULL
-        if path is not None:
-            cpath = path
-        cdef unique_ptr[CSegment] created
-        with nogil:
-            created = move(CSegment.create(nbytes, cpath, backend))
-        self.seg = move(created)
-
-    @staticmethod
-    def attach(fd):
-        """attach(fd)
-
-        Map the segment behind a file descriptor.
-
-        The descriptor stays the caller's; the segment keeps its own duplicate.
-
-        Raises
-        ------
-        ValueError
-            `fd` does not hold a mizu segment.
-        OSError
-            `fd` is not an open descriptor.
-        """
-        cdef Segment self = Segment.__new__(Segment)
-        self.seg = move(CSegment.attach(fd))
-        return self
-
-    @property
-    def fd(self):
-        """The segment's file descriptor, owned by this object."""
-        return self.seg.get().fd()
-
-    @property
-    def size(self):
-        """Size in bytes."""
-        return self.seg.get().size()
-
-    @property
-    def free(self):
-        """Bytes not yet allocated to rings or blocks."""
-        return self.seg.get().free_bytes()
-
-    @property
-    def waiter(self):
-        """The wait backend of every ring in this segment."""
-        return _BACKEND_NAMES[<int>self.seg.get().waiter_backend()]
-
-    def alloc(self, nbytes):
-        """alloc(nbytes)
-
-        Reserve `nbytes` for the life of the segment; return their offset.
-
-        Raises
-        ------
-        MemoryError
-            Not enough of the segment is left.
-        """
-        return self.seg.get().alloc(_bounded("allocation size", nbytes, 1 << 62))
-
-    def __reduce__(self):
-        return _attach_segment, (reduction.DupFd(self.fd),)
-
-    def __repr__(self):
-        return f"<mizu Segment fd={self.fd} size={self.size} free={self.free} waiter={self.waiter!r}>"
-
-
-def _attach_segment(dup):
-    fd = dup.detach()
-    try:
-        return Segment.attach(fd)
-    finally:
-        os.close(fd)
-
-
-cdef class PeerWatch:
-    """PeerWatch(pid)
-
-    Learns without races against pid reuse that a process has exited.
-
-    Pass one as ``peer=`` to a ring's blocking calls so that they raise
-    `PeerDiedError` within milliseconds of the peer's death instead of
-    waiting forever.
-
-    Raises
-    ------
-    ProcessLookupError
-        No process has this pid.
-    """
-
-    def __init__(self, pid):
-        self.watch.reset(new CPeerWatch(operator.index(pid)))
-
-    @property
-    def pid(self):
-        """The watched process."""
-        return self.watch.get().pid()
-
-    def alive(self):
-        """True until the process has exited."""
-        return self.watch.get().alive()
-
-    def wait(self, timeout=None):
-        """wait(timeout=None)
-
-        Block until the process exits or `timeout` seconds pass. In the main
-        thread the wait wakes every 20 ms to run signal handlers; in other
-        threads it is one blocking call.
-
-        Returns
-        -------
-        bool
-            Whether the process has exited.
-        """
-        cdef int64_t deadline = _deadline(timeout)
-        cdef int64_t step
-        cdef bint dead = False
-        cdef bint main = threading.current_thread() is threading.main_thread()
-        while True:
-            if deadline == kForever and not main:
-                step = -1
-            else:
-                step = deadline - now_ns()
-                if main and step > 20000000:
-                    step = 20000000
-                if step < 0:
-                    step = 0
-            with nogil:
-                dead = self.watch.get().wait_exit(step)
-            if dead or (step == 0 and deadline != kForever):
-                return dead
-            PyErr_CheckSignals()
 
 
 cdef class _Ring:

@@ -1,0 +1,3 @@
+__all__ = ["usable_cpus"]
+
+def usable_cpus() -> int: ...
