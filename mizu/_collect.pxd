@@ -10,6 +10,7 @@ from mizu._sync cimport Lock
 
 cdef enum:
     SLICE_NS = 20_000_000   # a collecting caller checks the workers at least this often
+    REPLACING_SLICE_NS = 1_000_000   # and this often in a pool that replaces dead workers
     FEED_NS = 200_000       # and comes back this often to feed an outbox or rebalance
 
 

@@ -156,15 +156,17 @@ cdef class Collector(Watchdog):
     cdef collect_until(self, Cell cell, int64_t deadline_ns):
         cdef _Ring ring = self.results
         cdef int64_t now, wait, checked = now_ns()
+        # A dead worker's successor starts as soon as the death is seen.
+        cdef int64_t slice_ns = REPLACING_SLICE_NS if self.replace_dead else SLICE_NS
         while not is_done(cell) and self.broken is None:
             now = now_ns()
-            if now - checked >= SLICE_NS:
+            if now - checked >= slice_ns:
                 # Results from other workers may keep coming while the one
                 # this future waits on is dead.
                 checked = now
                 self.check_workers()
                 continue
-            wait = min(SLICE_NS, deadline_ns - now, max(0, self.next_check_ns - now))
+            wait = min(slice_ns, deadline_ns - now, max(0, self.next_check_ns - now))
             if wait <= 0:
                 if now >= deadline_ns:
                     return

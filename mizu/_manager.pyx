@@ -196,7 +196,8 @@ cdef class Manager(Dispatcher):
             due = max(0.0, (self.next_check_ns - now_ns()) * 1e-9)
             if self.watched and not submitting:
                 try:
-                    ring.wait_readable(min(due, _FEED if self.sending() else _POLL if self.unbalanced else _SLICE))
+                    ring.wait_readable(min(due, _FEED if self.sending() else
+                                           _POLL if self.unbalanced or self.replace_dead else _SLICE))
                 except EOFError:
                     break
             elif self.kicked.wait(min(due, _IDLE if idle else _FEED if self.sending() or self.watched else _POLL)):
