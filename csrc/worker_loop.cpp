@@ -72,15 +72,18 @@ WorkerLoop::~WorkerLoop() {
 }
 
 int64_t WorkerLoop::resident_bytes() const noexcept {
-    // statm: the sizes in pages of the whole process, then of what is resident.
+    // statm: in pages, the whole process, what is resident, and of that what
+    // is shared (files, and shared memory: the pool's segments, which are
+    // not the worker's own).
     char buf[128];
     ssize_t n = statm_ < 0 ? -1 : ::pread(statm_, buf, sizeof buf - 1, 0);
     if (n <= 0) return -1;
     buf[n] = '\0';
     char* end = nullptr;
     std::strtoll(buf, &end, 10);
-    long long pages = std::strtoll(end, nullptr, 10);
-    return int64_t(pages) * ::sysconf(_SC_PAGESIZE);
+    long long resident = std::strtoll(end, &end, 10);
+    long long shared = std::strtoll(end, nullptr, 10);
+    return int64_t(resident - shared) * ::sysconf(_SC_PAGESIZE);
 }
 
 WaitOptions WorkerLoop::wait_options() const noexcept {
@@ -148,6 +151,11 @@ WorkerLoop::Stop WorkerLoop::serve() {
         std::size_t size = whole_.size();
         messages::Message m = messages::read_message(data, size);
         if (m.kind != messages::kTask) throw std::invalid_argument("the client sent a worker a result");
+        // Claimed before its call is read: a worker that dies reading it
+        // (a crash in an argument's unpickling) dies running it, and the
+        // pool fails it rather than send it to the next worker.
+        int64_t start = now_ns();
+        bool claimed = tasks_.base().claim(m.task.task_id, start);
         bool prepared = language_.prepare(language_.self, m, data, size);
         // A large message's buffer goes back now, not when the next one
         // replaces it: an idle worker holds no copy of its last argument.
@@ -156,8 +164,7 @@ WorkerLoop::Stop WorkerLoop::serve() {
             stop_ = Stop::language;
             return stop_;
         }
-        int64_t start = now_ns();
-        if (!tasks_.base().claim(m.task.task_id, start)) {
+        if (!claimed) {
             // The client took the task back to run it on an idle worker.
             if (language_.drop(language_.self)) continue;
             stop_ = Stop::language;

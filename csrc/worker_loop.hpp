@@ -1,7 +1,7 @@
 // The loop every worker runs, whatever language runs its tasks (see
 // doc/dev/workers.rst): wait on the worker's task ring, spinning and then
 // sleeping in slices; put together a message sent in chunks; read its
-// envelope; claim the task once the language has read its call; time it;
+// envelope; claim the task, then have the language read its call; time it;
 // send its outcome, in chunks if it needs more than a slot; watch the
 // client all along; send the notices that carry no value; count the tasks
 // against max_tasks, and retire once a task leaves the process's resident
@@ -103,7 +103,8 @@ private:
     // Whether serve() goes on after a wait that ended with st.
     bool waited(WaitStatus st);
     WaitOptions wait_options() const noexcept;
-    // The process's resident memory in bytes, or -1 if it cannot be read.
+    // The process's own resident memory in bytes (shared pages left out), or
+    // -1 if it cannot be read.
     int64_t resident_bytes() const noexcept;
 
     AnyRing& tasks_;
