@@ -11,7 +11,7 @@ to its roster entry.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from mizu._failures cimport Watchdog
 from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
@@ -34,6 +34,7 @@ __all__ = ["Collector", "Future"]
 
 _SHORT_TASK = 200e-6
 cdef double _SHORT_TASK_C = _SHORT_TASK
+cdef int64_t _DRAIN_NS = 100_000_000   # the longest drain() waits for a push under way
 
 
 cdef extern from "pythread.h":
@@ -207,6 +208,26 @@ cdef class Collector(Watchdog):
         if self.deferred:
             self.start_put_off()
 
+    cdef drain(self):
+        """Collect every message pushed so far, then dispatch: a push under way is waited for, up to _DRAIN seconds.
+
+        Before a dead worker is replaced or a task's deadline is judged, so
+        that what was answered counts as answered.
+        """
+        cdef _Ring ring = self.results
+        cdef uint64_t pushed = ring.popped + len(ring)
+        cdef int64_t deadline = now_ns() + _DRAIN_NS
+        while ring.popped < pushed:
+            wait = deadline - now_ns()
+            if wait <= 0:
+                break
+            try:
+                slot = ring._pop(wait * 1e-9, None, False)
+            except TimeoutError:
+                break
+            self.handle(slot)
+        self.dispatch()
+
     cdef collect_if_free(self):
         """Collect the results in the ring now, unless another thread is collecting or the pool let go of it."""
         if self.take_recv(0):
@@ -283,7 +304,10 @@ cdef class Collector(Watchdog):
             self.unbalanced = True
             return
         if status == RETIRING:
-            self.replace(worker)
+            # Unless its successor has started: the notice of a process
+            # that retired and died before it was collected (Watchdog.drain).
+            if worker.up:
+                self.replace(worker)
             return
         future = _answered(worker.in_flight, task_id)
         if future is None:

@@ -88,6 +88,10 @@ cdef class Controller(Collector):
                     break
                 word = (<_Ring>holder.ring)._last_claim(&at)
                 if _claimed(word, cell.task_id):
+                    if not self.launcher.safe_with_threads:
+                        raise ValueError("stop() cannot stop a running task of a pool whose workers start with "
+                                         "fork: its worker would be replaced while the pool runs threads, which "
+                                         "fork cannot do safely; make the pool with another mp_context")
                     if self.end_running(holder, future):
                         ended.append((holder, future, None, max(0.0, (now_ns() - at) * 1e-9)))
                     break   # else it has just been answered
@@ -123,6 +127,9 @@ cdef class Controller(Collector):
         cdef int64_t now, at, due, next_ns = kForever
         cdef uint64_t word
         ended = []
+        # A task answered just now is not past its deadline, however late
+        # its result is collected.
+        self.drain()
         self.send_lock.take(kForever)
         try:
             now = now_ns()
@@ -160,6 +167,8 @@ cdef class Controller(Collector):
         finally:
             self.send_lock.give()
         self.close_ended(ended)
+        if ended:
+            self.dispatch()   # the tasks queued behind them, to the other workers
 
     cdef bint end_running(self, Worker worker, future) except -1:
         """End the task of future, which worker runs: its process ends, and is replaced. Under send_lock.
@@ -208,8 +217,8 @@ cdef class Controller(Collector):
     cdef recover(self, Worker worker):
         """Replace worker, whose process exited without retiring and has been reaped; fail the task it ran.
 
-        Its results are all collected (check_workers); what it left half
-        pushed in the result ring is voided, and the task it had claimed,
+        Its results are all collected, what it left half pushed in the
+        result ring voided (check_workers), and the task it had claimed,
         unless the pool ended it (end_running), fails with WorkerDied. What
         it had not claimed runs elsewhere or on its successor (replace).
         """
@@ -217,7 +226,6 @@ cdef class Controller(Collector):
         cdef int64_t at = 0
         cdef uint64_t word
         proc = worker.process
-        self.results.void_abandoned(proc.pid)
         running = None
         self.send_lock.take(kForever)
         try:
@@ -236,4 +244,5 @@ cdef class Controller(Collector):
                                -code if code is not None and code < 0 else None, task)
             self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
         self.replace(worker)
+        self.dispatch()   # what it had queued, to the other workers
 

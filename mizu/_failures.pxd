@@ -7,6 +7,7 @@ cdef class Watchdog(Roster):
     cdef collect_ready(self)
     cdef replace(self, Worker worker)
     cdef check_workers(self)
+    cdef drain(self)
     cdef check_deadlines(self)
     cdef recover(self, Worker worker)
     cdef str obituary_of(self, Worker worker)

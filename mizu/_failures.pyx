@@ -53,11 +53,16 @@ cdef class Watchdog(Roster):
                 watches.push_back((<PeerWatch>worker.watch).watch.get())
         if not CPeerWatch.any_exited(watches.data(), watches.size()):
             return
+        # Their last results, and retirement notices, may still be in the
+        # ring, behind what a dead worker left half-pushed: voided, then
+        # everything pushed so far is collected, before any is replaced.
+        for worker in self.workers:
+            if worker.watch is not None and not worker.watch.alive():
+                self.results.void_abandoned(worker.process.pid)
+        self.drain()
         for worker in self.workers:
             if worker.watch is None or worker.watch.alive():
                 continue
-            # Its last results, and a retirement notice, may still be in the ring.
-            self.collect_ready()
             if worker.watch.alive() or self.broken is not None:
                 continue
             _reap(worker.process)
@@ -71,6 +76,10 @@ cdef class Watchdog(Roster):
                 return
             self.terminate_broken(self.obituary_of(worker), None if worker.failure is None else worker.failure[1])
             return
+
+    cdef drain(self):
+        """Collect every message pushed so far (mizu._collect.Collector's)."""
+        raise NotImplementedError
 
     cdef check_deadlines(self):
         """End the tasks past their deadline (mizu._control.Controller's)."""

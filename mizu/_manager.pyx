@@ -192,8 +192,10 @@ cdef class Manager(Dispatcher):
             # A submit since the last round that left a backlog: its thread collects.
             submitting = self.pending.size() > 0 and self.backlogged != backlogged
             backlogged = self.backlogged
-            # Not past a task's deadline, or an ending worker's next look (mizu._control).
-            due = max(0.0, (self.next_check_ns - now_ns()) * 1e-9)
+            # Not past a task's deadline, or an ending worker's next look
+            # (mizu._control); a nap at least, should another thread hold
+            # recv_lock then.
+            due = max(_FEED, (self.next_check_ns - now_ns()) * 1e-9)
             if self.watched and not submitting:
                 try:
                     ring.wait_readable(min(due, _FEED if self.sending() else
