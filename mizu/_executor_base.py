@@ -143,8 +143,15 @@ class ExecutorBase:
         ------
         TypeError, ValueError
             `task_timeout` is not a number of seconds > 0 or None.
+        ValueError
+            `task_timeout` is set on a pool whose workers start with ``fork``.
         """
-        return PoolOptions(self, _timeout_ns(task_timeout))
+        timeout_ns = _timeout_ns(task_timeout)
+        if timeout_ns and not self._pool.launcher.safe_with_threads:
+            raise ValueError(f"task_timeout is incompatible with the 'fork' multiprocessing start method: a task "
+                             f"past it has its worker replaced while the pool runs threads, which fork cannot do "
+                             f"safely; make the pool with another mp_context")
+        return PoolOptions(self, timeout_ns)
 
     def stop(self, future):
         """stop(future)
@@ -163,7 +170,9 @@ class ExecutorBase:
         Raises
         ------
         ValueError
-            `future` is not one that this Executor's submit or map returned.
+            `future` is not one that this Executor's submit or map returned,
+            or its task runs in a pool whose workers start with ``fork``,
+            which cannot replace one safely while the pool runs threads.
         """
         return self._pool.stop(future)
 

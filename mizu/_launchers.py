@@ -43,6 +43,10 @@ class Launcher(Protocol):
     setup_name : str
         What runs in a worker before its first task ("initializer"), for
         the pool's error messages.
+    safe_with_threads : bool
+        A worker may start while the pool runs threads (not so with fork):
+        the controls that replace a worker while the pool runs need it
+        (mizu._control).
     """
 
     codec: Codec
@@ -50,6 +54,7 @@ class Launcher(Protocol):
     paced: bool
     starting_hint: str
     setup_name: str
+    safe_with_threads: bool
 
     def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]:
         """Start worker `index`, which pops its tasks from the ring `tasks` and pushes its results to `results`.
@@ -97,6 +102,7 @@ class MultiprocessingLauncher:
         # The stdlib's rule: fork starts every worker at once; spawn and
         # forkserver, one whenever a task finds no idle worker.
         self.on_demand = method != "fork"
+        self.safe_with_threads = method != "fork"
         # An initializer may wait (on a network, a lock) rather than compute:
         # its workers all start at once, as the stdlib's do.
         self.paced = self.on_demand and initializer is None

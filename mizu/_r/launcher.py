@@ -85,6 +85,7 @@ class RLauncher:
     paced = False
     starting_hint = ""
     setup_name = "setup script"
+    safe_with_threads = True   # Rscript starts through fork and exec at once
 
     def __init__(self, rscript, library, setup, max_tasks, max_memory=None):
         self.codec = RCodec()

@@ -542,3 +542,10 @@ def client_in_memory_cgroup(procs):
         seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 512 << 20).result(timeout=60)))
         seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
     report(**seen)
+
+
+class ExitsWhenUnpickled:
+    """Unpickling it ends the process that does, with exit code 3: a worker that dies reading its task."""
+
+    def __reduce__(self):
+        return os._exit, (3,)

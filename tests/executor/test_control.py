@@ -276,7 +276,7 @@ def test_by_default_a_worker_that_dies_breaks_the_pool_as_the_stdlibs_does(worke
 @pytest.mark.parametrize("action", ["deadline", "stop"])
 def test_a_deadline_or_a_stop_does_not_break_a_pool_that_breaks_on_death(tmp_path, action):
     marker = str(tmp_path / "running")
-    with mizu.ProcessPoolExecutor(2, task_timeout=0.5 if action == "deadline" else None) as ex:
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, task_timeout=0.5 if action == "deadline" else None) as ex:
         ended = ex.submit(children.announce_then_nap, marker, WAIT)
         victim = announced_pid(marker)
         if action == "stop":
@@ -313,7 +313,7 @@ def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_ne
 
 
 def test_options_gives_a_view_whose_submit_and_map_use_its_deadline():
-    with mizu.ProcessPoolExecutor(2) as ex:
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER) as ex:
         view = ex.options(task_timeout=0.5)
         assert isinstance(view.submit(children.nap, WAIT).exception(timeout=WAIT), TimeoutError)
         assert ex.submit(children.nap, 1.0).result(timeout=WAIT) == 1.0
@@ -359,6 +359,29 @@ def test_bad_arguments_are_refused_naming_the_argument(kwargs, error, name):
 def test_a_control_that_replaces_workers_refuses_a_fork_context(control):
     with pytest.raises(ValueError, match=f"{next(iter(control))}.*'fork'"):
         mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), **control)
+
+
+def test_a_fork_pool_refuses_the_controls_that_would_replace_a_worker_while_it_runs(tmp_path):
+    marker = str(tmp_path / "running")
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as ex:
+        with pytest.raises(ValueError, match="task_timeout.*'fork'"):
+            ex.options(task_timeout=1)
+        running = ex.submit(children.announce_then_nap, marker, 0.5)
+        pending = ex.submit(children.double, 1)
+        announced_pid(marker)
+        assert ex.stop(pending) is True and pending.cancelled()
+        with pytest.raises(ValueError, match="fork"):
+            ex.stop(running)
+        assert running.result(timeout=WAIT) == 0.5
+
+
+def test_a_task_whose_arguments_kill_the_worker_reading_them_fails_and_is_not_sent_again():
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace") as ex:
+        doomed = ex.submit(children.double, executor_children.ExitsWhenUnpickled())
+        error = doomed.exception(timeout=WAIT)
+        assert isinstance(error, mizu.WorkerDied) and error.exitcode == 3
+        assert [f.result(timeout=WAIT) for f in [ex.submit(children.double, i) for i in range(4)]] == [0, 2, 4, 6]
+        assert len(_full(ex)) == 2
 
 
 @pytest.mark.parametrize("value, error", [("1", TypeError), (0, ValueError), (-0.1, ValueError)])

@@ -14,7 +14,7 @@ def test_the_launcher_of_a_python_pool_follows_the_protocol():
 def test_an_object_without_all_of_the_protocol_is_not_a_launcher():
     class Starts:
         codec = None
-        on_demand = paced = False
+        on_demand = paced = safe_with_threads = False
         starting_hint = setup_name = ""
 
         def launch(self, index, tasks, results):
