@@ -158,9 +158,8 @@ cdef class Controller(Collector):
                                         f"{task} ran longer than its task_timeout of {timeout:g} s: its worker "
                                         f"(process {worker.process.pid}) was ended, and is replaced.")
                                     ended.append((worker, future, error, (now - at) * 1e-9))
-                                    due = now + _DEATH_POLL_NS
-                                else:   # it has just ended: its result is in the ring
-                                    due = now + _DEATH_POLL_NS
+                                # Ended now, or it has just answered and its result is in the ring.
+                                due = now + _DEATH_POLL_NS
                     next_ns = min(next_ns, due)
                     break
             self.next_check_ns = next_ns

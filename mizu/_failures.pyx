@@ -63,7 +63,7 @@ cdef class Watchdog(Roster):
         for worker in self.workers:
             if worker.watch is None or worker.watch.alive():
                 continue
-            if worker.watch.alive() or self.broken is not None:
+            if self.broken is not None:
                 continue
             _reap(worker.process)
             if worker.ending or (self.replace_dead and worker.up and worker.failure is None):

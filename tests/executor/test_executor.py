@@ -406,9 +406,13 @@ def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(exec
         assert future.cancelled() or isinstance(future.exception(timeout=60), BrokenProcessPool)
     with pytest.raises((BrokenProcessPool, RuntimeError)):
         ex.submit(children.double, 1)
+    signalled = -signal.SIGTERM if how == "terminate_workers" else -signal.SIGKILL
+    # The stdlib's forkserver processes report 255 when the forkserver's status message does not come
+    # (multiprocessing/popen_forkserver.py): seen now and then on 3.14, so the oracle may say that instead.
+    allowed = {signalled} if executor_type is mizu.ProcessPoolExecutor else {signalled, 255}
     for process in processes:
         process.join(60)
-        assert process.exitcode == (-signal.SIGTERM if how == "terminate_workers" else -signal.SIGKILL)
+        assert process.exitcode in allowed
     ex.shutdown()
 
 
