@@ -46,7 +46,8 @@ constexpr uint8_t kFlat = 0x02;      // with kBatch: a unit is one call; else a 
 constexpr uint8_t kSingle = 0x04;    // with kBatch: a call's arguments are one bare value; else a tuple
 constexpr uint8_t kKeywords = 0x08;  // without kBatch: the call is (args tuple, kwargs dict); else the args tuple
 constexpr uint8_t kCallable = 0x10;  // the body is (callable, the call); fn_id != 0 names it from now on
-constexpr uint8_t kTaskFlags = kBatch | kFlat | kSingle | kKeywords | kCallable;
+constexpr uint8_t kTimed = 0x20;     // the client judges the task's deadline: the worker marks it answered (Ring::answer)
+constexpr uint8_t kTaskFlags = kBatch | kFlat | kSingle | kKeywords | kCallable | kTimed;
 
 enum class Status : uint8_t {
     ok = 0,        // the body is the value; for a batch, (values, failures)

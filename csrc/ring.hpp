@@ -24,7 +24,10 @@
 // one being acted on, to act on them elsewhere. One word decides each race,
 // so a ticket is either claimed or withdrawn, never both. The consumer
 // notes when it claimed its ticket, so that the producer can tell how long
-// the message it acts on has been acted on (a task's deadline).
+// the message it acts on has been acted on (a task's deadline), and may mark
+// it answered before it sends the answer, after which the producer's
+// withdrawal behind it fails: a deadline judged as the answer goes out
+// either wins before the mark (the consumer is ended) or sees it.
 //
 // A consumer or producer that dies is the producer's to clean up after, once
 // it is gone: reset_consumer() drops what a dead consumer of a ring with one
@@ -54,6 +57,10 @@ constexpr uint32_t kMaxSlotBytes = uint32_t(1) << 24;
 constexpr uint32_t kSlotAlign = 64;
 // Marks a ticket word whose tickets up to the rest are withdrawn.
 constexpr uint64_t kWithdrawn = uint64_t(1) << 63;
+// Marks a ticket word whose consumer has answered the ticket it acts on.
+constexpr uint64_t kAnswered = uint64_t(1) << 62;
+// A ticket word's ticket: tickets stay below kAnswered.
+constexpr uint64_t kTicketBits = kAnswered - 1;
 
 struct Slot {
     std::atomic<uint64_t> seq;  // turn number less the slot's index: pos + 1 - index once pos is complete
@@ -72,7 +79,8 @@ struct RingLayout {
     alignas(kFalseSharingRange) std::atomic<uint64_t> head;  // next position to read
     EventWord readable;  // consumers sleep here while the ring is empty
     EventWord writable;  // producers sleep here while it is full
-    // The last ticket claimed, or kWithdrawn | the last ticket withdrawn.
+    // The last ticket claimed, or kWithdrawn | the last ticket withdrawn;
+    // with kAnswered once the consumer has answered the one it acts on.
     alignas(kFalseSharingRange) std::atomic<uint64_t> tickets;
     std::atomic<int64_t> claimed_at;  // when the consumer claimed its last ticket (now_ns's clock)
     // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
@@ -124,14 +132,27 @@ public:
         r_->claimed_at.store(at, std::memory_order_relaxed);
         uint64_t word = r_->tickets.load(std::memory_order_relaxed);
         for (;;) {
-            if ((word & kWithdrawn) && ticket <= (word & ~kWithdrawn)) return false;
+            if ((word & kWithdrawn) && ticket <= (word & kTicketBits)) return false;
             if (r_->tickets.compare_exchange_weak(word, ticket, std::memory_order_release, std::memory_order_relaxed))
                 return true;
         }
     }
+    // The consumer, once it has the outcome of the ticket it claimed last,
+    // before it sends it: the producer withdraws nothing behind that ticket
+    // from now on (withdraw fails). Marking it again changes nothing.
+    void answer() noexcept {
+        // The word names that ticket, or tickets withdrawn behind it since: a
+        // CAS that fails has met a withdrawal, and marks the word it left.
+        uint64_t word = r_->tickets.load(std::memory_order_relaxed);
+        while (!(word & kAnswered) &&
+               !r_->tickets.compare_exchange_weak(word, word | kAnswered, std::memory_order_relaxed,
+                                                  std::memory_order_relaxed)) {
+        }
+    }
     // The producer: the consumer's last claim (a ticket, or kWithdrawn | the
-    // last ticket withdrawn since), and in `at` when it was made, or later:
-    // never earlier than the claim of the ticket returned.
+    // last ticket withdrawn since, either with kAnswered once it has answered
+    // the ticket it acts on), and in `at` when it was made, or later: never
+    // earlier than the claim of the ticket returned.
     uint64_t last_claim(int64_t& at) const noexcept {
         // acquire: pairs with claim's release, so `at` is at least this claim's.
         uint64_t word = r_->tickets.load(std::memory_order_acquire);
@@ -140,14 +161,15 @@ public:
     }
     // The producer: withdraws the tickets after `acting` up to `last`, all
     // pushed, provided the consumer has claimed `acting` (the oldest ticket
-    // whose outcome the producer still awaits) and nothing since. True if
-    // they are withdrawn: the consumer will claim none of them.
+    // whose outcome the producer still awaits) and nothing since, and has not
+    // answered it. True if they are withdrawn: the consumer will claim none
+    // of them.
     bool withdraw(uint64_t acting, uint64_t last) noexcept {
         uint64_t word = r_->tickets.load(std::memory_order_relaxed);
         // Withdrawn words name tickets after the acting one of their time,
         // which the producer still awaits if it still awaits `acting`.
-        bool on_acting = word == acting || ((word & kWithdrawn) && acting <= (word & ~kWithdrawn));
-        if (!on_acting || last <= acting) return false;
+        bool on_acting = word == acting || ((word & kWithdrawn) && acting <= (word & kTicketBits));
+        if (!on_acting || (word & kAnswered) || last <= acting) return false;
         return r_->tickets.compare_exchange_strong(word, kWithdrawn | last, std::memory_order_relaxed);
     }
 

@@ -185,7 +185,8 @@ WorkerLoop::Stop WorkerLoop::serve() {
     return stop_;
 }
 
-messages::ResultHeader WorkerLoop::result_header(messages::Status status) const noexcept {
+messages::ResultHeader WorkerLoop::result_header(messages::Status status) noexcept {
+    if (running_ && (task_.flags & messages::kTimed)) tasks_.base().answer();
     double seconds = running_ ? double(now_ns() - start_ns_) * 1e-9 : 0.0;
     return messages::result_header(index_, running_ ? task_.task_id : 0, status, seconds);
 }

@@ -11,7 +11,9 @@ loops. A task past its deadline (task_timeout), or stopped while it runs
 withdrawn and sent again, the worker gets SIGTERM and, after a grace,
 SIGKILL, and once it has exited it is replaced (end_running, then
 recover). Whether a task has started, and when, is read from its ring's
-tickets (claim, last_claim): the hot paths keep no clock. Whoever collects
+tickets (claim, last_claim): the hot paths keep no clock. A worker marks
+the answer of a task with a deadline (TIMED) before it sends it, so that
+a deadline judged meanwhile leaves it be (Ring.answer). Whoever collects
 looks at the deadlines once the earliest may have passed
 (Roster.next_check_ns, check_deadlines), and the waits of the collecting
 caller and the manager thread end by then.
@@ -24,6 +26,7 @@ from mizu._future cimport Cell, cell_of, drop_task, is_done, set_cancelled, set_
 from mizu._observers cimport SETTLED
 from mizu._rings cimport _Ring
 from mizu._roster cimport Worker, signal_process
+from mizu.includes.ring cimport kTicketBits, kWithdrawn
 from mizu.includes.spin cimport kForever, now_ns
 
 from concurrent.futures import _base
@@ -33,8 +36,7 @@ from mizu._errors import WorkerDied, obituary, task_repr
 
 __all__ = ["Controller"]
 
-cdef uint64_t _WITHDRAWN = 1ULL << 63       # a ticket word's mark of a withdrawal (csrc/ring.hpp)
-cdef uint64_t _EVERY_TICKET = 1ULL << 62    # withdrawing up to it withdraws every ticket to come
+cdef uint64_t _EVERY_TICKET = kTicketBits   # withdrawing up to it withdraws every ticket to come
 cdef int64_t _END_GRACE_NS = 200_000_000     # an ending worker's time from SIGTERM to SIGKILL
 cdef int64_t _DEATH_POLL_NS = 1_000_000      # how often an ending worker is looked at until it has exited
 
@@ -42,11 +44,12 @@ cdef object _RUNNING = _base.RUNNING
 
 
 cdef inline bint _claimed(uint64_t word, uint64_t task_id) noexcept:
-    """Whether a ring's consumer has claimed task_id, by its ticket word (last_claim), of a task not yet answered."""
-    if word & _WITHDRAWN:
-        # Withdrawn behind the one it ran then, which it had claimed.
-        return task_id <= (word & ~_WITHDRAWN)
-    return word >= task_id
+    """Whether a ring's consumer has claimed task_id, by its ticket word (last_claim), of a task still in flight.
+
+    Answered or not: a task whose answer the worker has marked ran.
+    """
+    # Withdrawn: behind the one it ran then, which it had claimed.
+    return task_id <= (word & kTicketBits) if word & kWithdrawn else (word & kTicketBits) >= task_id
 
 
 cdef class Controller(Collector):
@@ -98,7 +101,7 @@ cdef class Controller(Collector):
                 # Not started: every task of its worker after the one it runs
                 # is withdrawn; this one is dropped, the others sent again.
                 if (<_Ring>holder.ring)._withdraw(
-                        word & ~_WITHDRAWN, cell_of(holder.in_flight.at(holder.in_flight.size() - 1)).task_id):
+                        word & kTicketBits, cell_of(holder.in_flight.at(holder.in_flight.size() - 1)).task_id):
                     claimed = 0
                     while (claimed < holder.in_flight.size()
                            and _claimed(word, cell_of(holder.in_flight.at(claimed)).task_id)):

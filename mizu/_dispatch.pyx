@@ -9,7 +9,7 @@ from libc.stdint cimport int64_t
 
 from mizu._control cimport Controller
 from mizu._future cimport Cell, cell_of, drop_task, new_future, set_running
-from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, chunks
+from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, TIMED, chunks
 from mizu._rings cimport _Ring
 from mizu._roster cimport Worker
 from mizu.includes.messages cimport TaskHeader, task_header
@@ -222,6 +222,8 @@ cdef class Dispatcher(Controller):
         cdef int flags = cell.kind
         cdef unsigned long long fn_id = 0
         call = cell.first
+        if cell.timeout_ns:
+            flags |= TIMED
         if cell.kind == BATCH:
             flags |= cell.second
         elif cell.second:

@@ -33,6 +33,7 @@ from mizu.includes.messages cimport kReady as READY
 from mizu.includes.messages cimport kRetiring as RETIRING
 from mizu.includes.messages cimport kSingle as SINGLE
 from mizu.includes.messages cimport kStarting as STARTING
+from mizu.includes.messages cimport kTimed as TIMED
 
 
 cdef class Codec:

@@ -123,16 +123,23 @@ cdef class _Ring:
         """
         return self._claim(ticket)
 
+    def answer(self):
+        """The consumer has the outcome of the ticket it claimed last: the producer withdraws nothing behind it now."""
+        self.ring.get().base().answer()
+
     def withdraw(self, acting, last):
         """The producer withdraws the tickets after `acting` up to `last`; whether it did.
 
         It does only while the consumer's last claim is `acting` (or a
-        withdrawal since): then the consumer will claim none of them.
+        withdrawal since), not yet answered: then the consumer will claim
+        none of them.
         """
         return self._withdraw(acting, last)
 
     def last_claim(self):
         """(the consumer's last claim, when it made it): a ticket, or 2**63 | the last ticket withdrawn since.
+
+        2**62 is added once the consumer has answered the ticket it acts on.
 
         The time is now_ns's clock (CLOCK_MONOTONIC, in ns), and never
         earlier than the claim of the ticket returned.

@@ -134,9 +134,10 @@ void stream(RingKind kind, int producers, int consumers, uint64_t per_producer, 
 }
 
 // Tickets under races: a producer withdraws the tickets queued behind the
-// one the consumer works on while the consumer claims them; each ticket is
-// claimed or withdrawn, never both, and the consumer skips exactly the
-// withdrawn ones. Outcomes travel back on a second ring, as results do.
+// one the consumer works on while the consumer claims them, and marks
+// every third answered; each ticket is claimed or withdrawn, never both,
+// and the consumer skips exactly the withdrawn ones. Outcomes travel back
+// on a second ring, as results do.
 // Returns how many tasks were taken back: how many the race lets the client
 // win depends on the threads' timing.
 uint64_t tickets_race(uint64_t tickets, WaitBackend backend) {
@@ -157,6 +158,7 @@ uint64_t tickets_race(uint64_t tickets, WaitBackend backend) {
             }
             claimed[t] = 1;
             for (uint32_t spin = rng() % 2000; spin; --spin) std::atomic_signal_fence(std::memory_order_seq_cst);
+            if (t % 3 == 0) tasks.answer();
             CHECK(outcomes.wait_push(8, res, ow, WaitOptions{}) == WaitStatus::ready);
             std::memcpy(res.data(), &t, 8);
             outcomes.end_push(res);
@@ -444,6 +446,24 @@ void dead_peers() {
     SpscRing successor = g.ring<SpscRing>();
     CHECK(successor.try_pop(out, sizeof out) == -1 && producer.last_claim(at) == 0);
     CHECK(producer.try_push("new!", 4) && successor.try_pop(out, sizeof out) == 4 && successor.claim(6, 99));
+}
+
+// A consumer that marks the ticket it acts on answered: nothing behind it
+// is withdrawn any more, until it claims the next; marked after a
+// withdrawal, the withdrawal holds.
+void answered_tickets() {
+    Fixture f(8, 16, RingKind::spsc, WaitBackend::native);
+    SpscRing producer = f.ring<SpscRing>(), consumer = f.ring<SpscRing>();
+    int64_t at = 0;
+    CHECK(consumer.claim(5, 10));
+    consumer.answer();
+    consumer.answer();
+    CHECK(producer.last_claim(at) == (5 | kAnswered) && at == 10);
+    CHECK(!producer.withdraw(5, 9));
+    CHECK(consumer.claim(6, 20) && producer.withdraw(6, 9));
+    consumer.answer();
+    CHECK(producer.last_claim(at) == (kWithdrawn | kAnswered | 9) && !producer.withdraw(6, 12));
+    CHECK(!consumer.claim(9, 30) && consumer.claim(10, 40) && producer.last_claim(at) == 10 && at == 40);
 }
 
 // The producer pushes a message `delay` after `after()`; returns the
@@ -1330,6 +1350,7 @@ int main() {
     die_with_peer();
     ring_headers();
     dead_peers();
+    answered_tickets();
     arena_model();
     arena_churn();
     arena_limits();

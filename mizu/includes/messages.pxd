@@ -20,6 +20,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
     const uint8_t kSingle
     const uint8_t kKeywords
     const uint8_t kCallable
+    const uint8_t kTimed
 
     cdef enum class Status(uint8_t):
         ok

@@ -6,6 +6,9 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         spsc
         mpmc
 
+    const uint64_t kWithdrawn
+    const uint64_t kTicketBits
+
     cdef cppclass Reservation:
         char* data()
         uint32_t size()
@@ -19,6 +22,7 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         uint64_t size()
         uint64_t popped()
         bint claim(uint64_t ticket, int64_t at)
+        void answer()
         uint64_t last_claim(int64_t& at)
         bint withdraw(uint64_t acting, uint64_t last)
         void reset_consumer()

@@ -32,6 +32,8 @@ def serve(conn):
             conn.send(ring.try_pop())
         elif cmd == "claim":
             conn.send(ring.claim(arg))
+        elif cmd == "answer":
+            conn.send(ring.answer())
         else:
             conn.close()
             return

@@ -90,7 +90,7 @@ W_NONE = _wire.encode(None)
     (b"X", "a message of unknown kind 88"),
     (b"T" + bytes(10), "a task of 11 bytes, shorter than its header"),
     (TASK.pack(0x54, 0, 1, 0, 1, 1) + W_NONE, "a task header with reserved bits set"),
-    (TASK.pack(0x54, 0x20, 0, 0, 1, 1) + W_NONE, "a task with unknown flags 32"),
+    (TASK.pack(0x54, 0x40, 0, 0, 1, 1) + W_NONE, "a task with unknown flags 64"),
     (TASK.pack(0x54, FLAT, 0, 0, 1, 1) + W_NONE, "a call's flags say how to run a batch"),
     (TASK.pack(0x54, BATCH | KEYWORDS, 0, 0, 1, 1) + W_NONE, "a batch with keyword arguments"),
     (TASK.pack(0x54, 0, 0, 0, 0, 1) + W_NONE, "a task with id 0"),

@@ -128,7 +128,8 @@ class TicketModel(RuleBasedStateMachine):
     The producer numbers its messages; the consumer takes them in order,
     claims each and works on it until it sends the outcome, which the
     producer receives later. The producer withdraws the tickets behind the
-    oldest it awaits, which works while the consumer is on that one.
+    oldest it awaits, which works while the consumer is on that one and has
+    not marked it answered.
     """
 
     @initialize(kind=st.sampled_from(RINGS), far=st.booleans())
@@ -142,6 +143,7 @@ class TicketModel(RuleBasedStateMachine):
         self.withdrawn = set()
         self.claimed = []
         self.working = None                   # the ticket the consumer works on
+        self.answered = None                  # the ticket claimed last, once the consumer has marked it answered
         self.outcomes = collections.deque()   # sent by the consumer, not yet received
 
     def teardown(self):
@@ -149,10 +151,10 @@ class TicketModel(RuleBasedStateMachine):
             self.conn.send(("stop", None))
             self.far.join(10)
 
-    def claim(self, ticket):
+    def consumer(self, command, *arg):
         if self.far is None:
-            return self.ring.claim(ticket)
-        self.conn.send(("claim", ticket))
+            return getattr(self.ring, command)(*arg)
+        self.conn.send((command, *arg) if arg else (command, None))
         return self.conn.recv()
 
     @precondition(lambda self: len(self.queued) < 64)
@@ -169,15 +171,19 @@ class TicketModel(RuleBasedStateMachine):
     def take(self):
         ticket = int.from_bytes(self.ring.try_pop(), "little")
         assert ticket == self.queued.popleft()
-        claimed = self.claim(ticket)
+        claimed = self.consumer("claim", ticket)
         assert claimed == (ticket not in self.withdrawn)
         if claimed:
             self.claimed.append(ticket)
             self.working = ticket
+            self.answered = None
 
     @precondition(lambda self: self.working is not None)
-    @rule()
-    def finish(self):
+    @rule(mark=st.booleans())
+    def finish(self, mark):
+        if mark:
+            self.consumer("answer")
+            self.answered = self.working
         self.outcomes.append(self.working)
         self.working = None
 
@@ -195,7 +201,7 @@ class TicketModel(RuleBasedStateMachine):
         # done with it and the outcome not yet received.
         on_it = bool(self.claimed) and self.claimed[-1] == acting
         done = self.ring.withdraw(acting, last)
-        assert done == (on_it and last > acting)
+        assert done == (on_it and last > acting and self.answered != acting)
         if done:
             taken = [t for t in self.awaited if acting < t <= last]
             self.withdrawn.update(taken)
