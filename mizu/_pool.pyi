@@ -1,3 +1,5 @@
+from typing import Any
+
 from mizu._collect import Future
 from mizu._launchers import Launcher
 from mizu._manager import Manager, _python_exit
@@ -5,4 +7,5 @@ from mizu._manager import Manager, _python_exit
 __all__ = ["Future", "Pool"]
 
 class Pool(Manager):
+    seeds: Any
     def __init__(self, max_workers: int, launcher: Launcher, max_tasks: int | None) -> None: ...
