@@ -119,3 +119,19 @@ def test_a_bad_seed_is_refused_saying_what_to_pass(seed, error, words):
 def test_a_seeded_map_of_no_iterables_has_no_calls():
     with mizu.ProcessPoolExecutor(1, seed=4) as ex:
         assert list(ex.map(draws)) == []
+
+
+class CountingExecutor(mizu.ProcessPoolExecutor):
+    """A pool with a submit of its own, as tqdm's process_map makes: its map is the stdlib's, over that submit."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted = getattr(self, "submitted", 0) + 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_pool_with_a_submit_of_its_own_maps_the_same_streams():
+    xs = list(range(N))
+    with CountingExecutor(2, seed=6) as ex:
+        assert list(ex.map(draws, xs, chunksize=16)) == oracle(6, range(N), xs)
+        assert ex.submitted == 3
+        assert list(ex.map(draws, xs, seed=8)) == oracle(8, range(N), xs)
