@@ -16,6 +16,7 @@ _LAZY = {
     "RError": ("mizu._r.codec", "RError"),
     "RWarning": ("mizu._r.codec", "RWarning"),
     "WorkerDied": ("mizu._errors", "WorkerDied"),
+    "rng": ("mizu._seeds", "rng"),
     "__version__": ("mizu._version", "__version__"),
 }
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from mizu._insights import Insights, SlowTask, WorkerInsights
     from mizu._r.codec import RError, RWarning
     from mizu._r.executor import RExecutor
+    from mizu._seeds import rng
     from mizu._version import __version__
 
 
@@ -165,6 +167,7 @@ __all__ = [
     "empty",
     "empty_like",
     "full",
+    "rng",
     "zeros",
     "zeros_like",
 ]

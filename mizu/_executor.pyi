@@ -1,5 +1,5 @@
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import ProcessPoolExecutor as _StdlibProcessPoolExecutor
 from multiprocessing.context import BaseContext
@@ -8,6 +8,7 @@ from threading import RLock, Thread
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from mizu._executor_base import ExecutorBase
+from mizu._seeds import Seeds
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -41,11 +42,14 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
         task_timeout: float | None = None,
         worker_death: Literal["break", "replace"] = "break",
         max_worker_memory: int | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> None: ...
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]: ...
     def _submit(
-        self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int
+        self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int, seeds: Seeds | None
     ) -> Future[_T]: ...
+    @staticmethod
+    def _seeds_of(seed: int | Sequence[int] | None) -> Seeds | None: ...
     def _map(
         self,
         fn: Callable[..., _T],
@@ -55,6 +59,7 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
         buffersize: int | None,
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
+        seeds: Seeds | None = None,
     ) -> Iterator[_T]: ...
     if sys.version_info >= (3, 14):
         def map(
@@ -65,6 +70,7 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
             chunksize: int = 1,
             buffersize: int | None = None,
             progress: bool | Mapping[str, Any] | None = False,
+            seed: int | Sequence[int] | None = None,
         ) -> Iterator[_T]: ...
         def terminate_workers(self) -> None: ...
         def kill_workers(self) -> None: ...
@@ -77,4 +83,5 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
             timeout: float | None = None,
             chunksize: int = 1,
             progress: bool | Mapping[str, Any] | None = False,
+            seed: int | Sequence[int] | None = None,
         ) -> Iterator[_T]: ...

@@ -18,6 +18,7 @@ from mizu._launchers import MultiprocessingLauncher
 from mizu._map import map_results
 from mizu._pickler import by_value as pickling_by_value
 from mizu._progress import wanted
+from mizu._seeds import Seeds
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -31,13 +32,18 @@ def _default_workers():
     return count or 1
 
 
-_MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progress=False)
+_MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progress=False, seed=None)
 
     Like the builtin `map`, with calls made in the workers, `chunksize`
     calls to a task{ahead}. Results are yielded in order.
 
     Parameters
     ----------
+    seed : int or sequence of int, optional
+        Each call runs with its own random stream, ``mizu.rng()`` and
+        Python's `random`, made from this seed and the call's index in the
+        map, whatever the workers, chunksize and scheduling (None: the
+        pool's seed, if it has one). Not in the stdlib's signature.
     progress : bool or dict
         Show a progress bar that counts calls as they complete, once the map
         has run for 0.1 s: tqdm's (``tqdm.auto``) when tqdm is installed,
@@ -55,11 +61,13 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
         a ``submit`` of its own (tqdm's ``process_map`` sets one).
     ValueError
         `progress`'s ``delay`` is not a number of seconds >= 0.
+    TypeError, ValueError
+        `seed` is neither an int >= 0, nor a sequence of them, nor None.
     """
 
 
 class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
-    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break", max_worker_memory=None)
+    """ProcessPoolExecutor(max_workers=None, mp_context=None, initializer=None, initargs=(), *, max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break", max_worker_memory=None, seed=None)
 
     An Executor that runs calls in worker processes, through shared memory.
 
@@ -112,6 +120,16 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         Bytes of resident memory a worker may hold after a task: above them
         it is replaced before its next task, as `max_tasks_per_child`
         replaces it after a count. Not in the stdlib's signature.
+    seed : int or sequence of int, optional
+        Run each task with its own random stream, numpy's
+        ``SeedSequence(seed).spawn`` child at the task's position (its
+        order of submission; a map's call, its index in the map):
+        ``mizu.rng()`` in the task is a `numpy.random.Generator` of that
+        stream, and Python's `random` is seeded from it. The same seed gives
+        the same results whatever the number of workers, the start method,
+        chunksize and scheduling. `map` and `options` take a seed of their
+        own. By default (None) tasks run as without mizu. Not in the
+        stdlib's signature.
 
     Raises
     ------
@@ -120,12 +138,14 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         `max_tasks_per_child` or a control that replaces workers is
         combined with a ``fork`` context,
         ``MIZU_BY_VALUE`` is set to something other than 0, 1, false or true,
-        `task_timeout` or `max_worker_memory` is not positive, or
-        `worker_death` is neither ``"break"`` nor ``"replace"``.
+        `task_timeout` or `max_worker_memory` is not positive,
+        `worker_death` is neither ``"break"`` nor ``"replace"``, or `seed` is
+        a negative int (or holds one).
     TypeError
         `initializer` is not callable, `max_tasks_per_child` or
         `max_worker_memory` is not an int, `task_timeout` is not a number,
-        or `by_value` is not a bool or None.
+        `by_value` is not a bool or None, or `seed` is neither an int, nor a
+        sequence of ints, nor None.
     ImportError
         Pickling by value is on and cloudpickle is not installed.
 
@@ -136,12 +156,13 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
 
     def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
                  max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break",
-                 max_worker_memory=None):
+                 max_worker_memory=None, seed=None):
         max_workers = checked_workers(max_workers, _default_workers)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         check_max_tasks(max_tasks_per_child)
         check_controls(task_timeout, worker_death, max_worker_memory)
+        seeds = self._seeds_of(seed)
         # What starts workers while the pool runs threads, which fork cannot do safely.
         replacing = ("max_tasks_per_child" if max_tasks_per_child is not None else
                      "task_timeout" if task_timeout is not None else
@@ -164,7 +185,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         self._mp_context = mp_context
         launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
                                            pickling_by_value(by_value), max_worker_memory)
-        self._start_pool(max_workers, launcher, max_tasks_per_child, task_timeout, worker_death)
+        self._start_pool(max_workers, launcher, max_tasks_per_child, task_timeout, worker_death, seeds)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -178,13 +199,24 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         RuntimeError
             The executor was shut down.
         """
-        return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1)
+        cdef Pool pool = <Pool>self._pool
+        if pool.seeds is not None:
+            fn, args = pool.seeds.task(fn, args)
+        return pool.submit(CALL, fn, args, kwargs, 1)
 
-    def _submit(self, fn, args, kwargs, timeout_ns):
-        # A view's (options): the task's deadline its own.
+    def _submit(self, fn, args, kwargs, timeout_ns, seeds):
+        # A view's (options): the task's deadline and seeds its own.
+        if seeds is not None:
+            fn, args = seeds.task(fn, args)
         return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1):
+    @staticmethod
+    def _seeds_of(seed):
+        return None if seed is None else Seeds(seed)
+
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None):
+        if seeds is not None:
+            fn, iterables = seeds.map(fn, iterables)
         if "submit" in self.__dict__ or type(self).submit is not ProcessPoolExecutor.submit:
             # A submit of its own, set on this pool (tqdm's process_map
             # counts the futures it returns) or a subclass's, sees every
@@ -202,14 +234,16 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
                            timeout_ns)
 
     if sys.version_info >= (3, 14):
-        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
-            return self._map(fn, iterables, timeout, chunksize, buffersize, progress)
+        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
+            return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
+                             self._pool.seeds if seed is None else Seeds(seed))
 
         map.__doc__ = _MAP_DOC.format(buffersize=", buffersize=None",
                                       ahead=",\n    at most `buffersize` tasks submitted ahead")
     else:
-        def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False):
-            return self._map(fn, iterables, timeout, chunksize, None, progress)
+        def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False, seed=None):
+            return self._map(fn, iterables, timeout, chunksize, None, progress, -1,
+                             self._pool.seeds if seed is None else Seeds(seed))
 
         map.__doc__ = _MAP_DOC.format(buffersize="", ahead="")
 

@@ -6,7 +6,9 @@ for R workers) checks its arguments, with `checked_workers`,
 the launcher of its kind of worker (mizu._launchers.Launcher) and starts its
 pool with `ExecutorBase._start_pool`; `insights`, `shutdown`, `stop` and
 `options` are the pool's. Each supplies `_submit` and `_map`, which the
-views that `options` returns call with their controls.
+views that `options` returns call with their controls, and `_seeds_of`,
+which makes the seeds of a ``seed=`` (None for None) for its `_submit`
+and `_map`: what gives each task its own random stream.
 """
 
 import math
@@ -71,35 +73,42 @@ class PoolOptions:
     the pool down.
     """
 
-    def __init__(self, executor, timeout_ns):
-        self._executor, self._timeout_ns = executor, timeout_ns
+    def __init__(self, executor, timeout_ns, seeds):
+        self._executor, self._timeout_ns, self._seeds = executor, timeout_ns, seeds
 
     def submit(self, fn, /, *args, **kwargs):
-        """As the Executor's submit, with this view's task_timeout."""
-        return self._executor._submit(fn, args, kwargs, self._timeout_ns)
+        """As the Executor's submit, with this view's task_timeout and seed."""
+        return self._executor._submit(fn, args, kwargs, self._timeout_ns, self._seeds)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
-        """As the Executor's map, with this view's task_timeout: each task is one chunk of `chunksize` calls."""
-        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
+        """As the Executor's map, with this view's task_timeout (a task per chunk of `chunksize` calls) and seed."""
+        seeds = self._seeds if seed is None else self._executor._seeds_of(seed)
+        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, seeds)
 
     def options(self, **controls):
-        """A view with these controls in place of this one's (Executor.options)."""
+        """A view with these controls in place of this one's (Executor.options); this one's seed if none is given."""
         controls.setdefault("task_timeout", self._timeout_ns * 1e-9 or None)
-        return self._executor.options(**controls)
+        view = self._executor.options(**controls)
+        if controls.get("seed") is None:
+            view._seeds = self._seeds
+        return view
 
     def __getattr__(self, name):
         return getattr(self._executor, name)
 
     def __repr__(self):
-        return f"<options of {self._executor!r}: task_timeout={self._timeout_ns * 1e-9 or None}>"
+        seed = None if self._seeds is None else self._seeds.seed
+        return f"<options of {self._executor!r}: task_timeout={self._timeout_ns * 1e-9 or None}, seed={seed!r}>"
 
 
 class ExecutorBase:
     """The part of an Executor over mizu's pool (mizu._pool.Pool) that does not depend on its kind of worker."""
 
-    def _start_pool(self, max_workers, launcher, max_tasks_per_child, task_timeout=None, worker_death="break"):
+    def _start_pool(self, max_workers, launcher, max_tasks_per_child, task_timeout=None, worker_death="break",
+                    seeds=None):
         self._max_workers = max_workers
         self._pool = Pool(max_workers, launcher, max_tasks_per_child)
+        self._pool.seeds = seeds
         self._pool.control(_timeout_ns(task_timeout), worker_death == "replace")
         # Collecting the executor shuts the pool down; work already submitted still completes, unless
         # max_tasks_per_child retires every worker first.
@@ -121,8 +130,8 @@ class ExecutorBase:
         """
         return self._pool.insights()
 
-    def options(self, *, task_timeout=None):
-        """options(*, task_timeout=None)
+    def options(self, *, task_timeout=None, seed=None):
+        """options(*, task_timeout=None, seed=None)
 
         A view of this pool whose `submit` and `map` give each task these
         controls; everything else is the pool's own. Not in the stdlib's
@@ -133,6 +142,11 @@ class ExecutorBase:
         task_timeout : float, optional
             Seconds each task may run once a worker has started it (None: no
             limit), in place of the pool's.
+        seed : int or sequence of int, optional
+            The seed of the random streams of the view's tasks, in place of
+            the pool's (None: the pool's, if it has one). Its submits take
+            their positions in the order they are submitted to the view;
+            the user guide says what a seed gives each task.
 
         Returns
         -------
@@ -145,13 +159,16 @@ class ExecutorBase:
             `task_timeout` is not a number of seconds > 0 or None.
         ValueError
             `task_timeout` is set on a pool whose workers start with ``fork``.
+        TypeError, ValueError
+            `seed` is not one the pool's kind of worker takes; the message
+            says what to pass.
         """
         timeout_ns = _timeout_ns(task_timeout)
         if timeout_ns and not self._pool.launcher.safe_with_threads:
             raise ValueError(f"task_timeout is incompatible with the 'fork' multiprocessing start method: a task "
                              f"past it has its worker replaced while the pool runs threads, which fork cannot do "
                              f"safely; make the pool with another mp_context")
-        return PoolOptions(self, timeout_ns)
+        return PoolOptions(self, timeout_ns, self._pool.seeds if seed is None else self._seeds_of(seed))
 
     def stop(self, future):
         """stop(future)

@@ -4,4 +4,6 @@ from mizu._manager cimport Manager
 
 
 cdef class Pool(Manager):
-    pass
+    # The seeds of a seeded Executor's tasks (mizu._seeds.Seeds, mizu._r.streams.Streams), or None: an
+    # unseeded pool's submit pays one comparison for them.
+    cdef public object seeds

@@ -15,6 +15,7 @@ from mizu._map import map_results
 from mizu._messages import CALL
 from mizu._r import package
 from mizu._r.launcher import RLauncher
+from mizu._r.streams import Streams
 
 __all__ = ["RExecutor"]
 
@@ -31,7 +32,7 @@ def _check_function(fn):
 
 
 class RExecutor(ExecutorBase, concurrent.futures.Executor):
-    """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None, task_timeout=None, worker_death="break", max_worker_memory=None)
+    """RExecutor(max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None, task_timeout=None, worker_death="break", max_worker_memory=None, seed=None)
 
     An Executor whose workers are R processes, exchanging values with
     Python through shared memory.
@@ -74,17 +75,28 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
     max_worker_memory : int, optional
         Bytes of resident memory a worker may hold after a call: above them
         it is replaced before its next.
+    seed : int, optional
+        Run each call with its own L'Ecuyer-CMRG random stream, as R's
+        ``parallel::clusterSetRNGStream(cl, seed)`` gives its workers: the
+        call at position i (its order of submission; a map's call, its index
+        in the map) has ``.Random.seed`` set to the i-th stream after
+        ``set.seed(seed, kind = "L'Ecuyer-CMRG")`` (the 0th: that state,
+        then each ``parallel::nextRNGStream`` of the one before), and the
+        worker's own put back after it. The same seed gives the same results
+        whatever the number of workers, chunksize and scheduling. `map`
+        and `options` take a seed of their own. By default (None) calls
+        draw from each worker's own stream.
 
     Raises
     ------
     ValueError
         `max_workers`, `max_tasks_per_child`, `task_timeout` or
-        `max_worker_memory` is not positive, or `worker_death` is neither
-        ``"break"`` nor ``"replace"``.
+        `max_worker_memory` is not positive, `worker_death` is neither
+        ``"break"`` nor ``"replace"``, or `seed` is outside R's integers.
     TypeError
         `setup` is neither a str nor a path, `max_tasks_per_child` or
-        `max_worker_memory` is not an int, or `task_timeout` is not a
-        number.
+        `max_worker_memory` is not an int, `task_timeout` is not a
+        number, or `seed` is not an int.
     FileNotFoundError
         R is not installed (the message says how to install it), `rscript`
         is not an executable file, or `setup` names an R file that does
@@ -106,7 +118,7 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
     """
 
     def __init__(self, max_workers=None, *, setup=None, max_tasks_per_child=None, rscript=None, task_timeout=None,
-                 worker_death="break", max_worker_memory=None):
+                 worker_death="break", max_worker_memory=None, seed=None):
         max_workers = checked_workers(max_workers, usable_cpus)
         if setup is not None and not isinstance(setup, (str, os.PathLike)):
             raise TypeError(f"setup must be R code in a str or the path of an R file, not {type(setup).__name__}")
@@ -118,10 +130,11 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
                                     f"pass R code, or the path of an existing file")
         check_max_tasks(max_tasks_per_child)
         check_controls(task_timeout, worker_death, max_worker_memory)
+        seeds = self._seeds_of(seed)
         rscript = package.find_rscript(rscript)
         library = package.ensure_installed(rscript=rscript)
         self._start_pool(max_workers, RLauncher(rscript, library, setup, max_tasks_per_child, max_worker_memory),
-                         max_tasks_per_child, task_timeout, worker_death)
+                         max_tasks_per_child, task_timeout, worker_death, seeds)
 
     def submit(self, fn, /, *args, **kwargs):
         """submit(fn, /, *args, **kwargs)
@@ -153,20 +166,29 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         RuntimeError
             The executor was shut down.
         """
-        return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1)
+        return self._submit(fn, args, kwargs, -1, self._pool.seeds)
 
-    def _submit(self, fn, args, kwargs, timeout_ns):
-        # A view's (options): the call's deadline its own.
-        return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1, None, timeout_ns)
+    def _submit(self, fn, args, kwargs, timeout_ns, seeds):
+        # A view's (options): the call's deadline and seeds its own.
+        fn = _check_function(fn)
+        if seeds is not None:
+            fn, args = seeds.task(fn, args)
+        return self._pool.submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
-        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False)
+    @staticmethod
+    def _seeds_of(seed):
+        return None if seed is None else Streams(seed)
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
+        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None)
 
         Like the builtin `map`, with the R function `fn` called in the
         workers, `chunksize` calls to a task, at most `buffersize` tasks
         submitted ahead (None: all at once). Results are yielded in order.
         `progress` shows a bar counting calls as they complete, as
-        `ProcessPoolExecutor.map`'s does.
+        `ProcessPoolExecutor.map`'s does. `seed` gives the call at index
+        i the i-th L'Ecuyer-CMRG stream of that seed, as the pool's `seed`
+        does (None: the pool's seed, if it has one).
 
         Raises
         ------
@@ -174,9 +196,15 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
             A result is not ready `timeout` seconds after the call to map.
         RError
             The R call of an item failed, when iteration reaches it.
+        TypeError, ValueError
+            `seed` is not an int that R's ``set.seed`` takes.
         """
-        return self._map(fn, iterables, timeout, chunksize, buffersize, progress)
+        return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
+                         self._pool.seeds if seed is None else Streams(seed))
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1):
-        return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
-                           self._max_workers, progress, timeout_ns)
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None):
+        fn = _check_function(fn)
+        if seeds is not None:
+            fn, iterables = seeds.map(fn, iterables)
+        return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress,
+                           timeout_ns)

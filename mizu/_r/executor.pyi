@@ -4,6 +4,7 @@ from concurrent.futures import Executor, Future
 from typing import Any, Literal
 
 from mizu._executor_base import ExecutorBase
+from mizu._r.streams import Streams
 
 __all__ = ["RExecutor"]
 
@@ -18,8 +19,13 @@ class RExecutor(ExecutorBase, Executor):
         task_timeout: float | None = None,
         worker_death: Literal["break", "replace"] = "break",
         max_worker_memory: int | None = None,
+        seed: int | None = None,
     ) -> None: ...
-    def _submit(self, fn: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int) -> Future[Any]: ...
+    def _submit(
+        self, fn: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int, seeds: Streams | None
+    ) -> Future[Any]: ...
+    @staticmethod
+    def _seeds_of(seed: int | None) -> Streams | None: ...
     def _map(
         self,
         fn: str,
@@ -29,6 +35,7 @@ class RExecutor(ExecutorBase, Executor):
         buffersize: int | None,
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
+        seeds: Streams | None = None,
     ) -> Iterator[Any]: ...
     def submit(self, fn: str, /, *args: Any, **kwargs: Any) -> Future[Any]: ...  # type: ignore[override]
     def map(  # type: ignore[override]
@@ -39,4 +46,5 @@ class RExecutor(ExecutorBase, Executor):
         chunksize: int = 1,
         buffersize: int | None = None,
         progress: bool | Mapping[str, Any] | None = False,
+        seed: int | None = None,
     ) -> Iterator[Any]: ...

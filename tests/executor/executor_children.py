@@ -549,3 +549,31 @@ class ExitsWhenUnpickled:
 
     def __reduce__(self):
         return os._exit, (3,)
+
+
+def draws(x, scale=1):
+    """x, then draws from the task's random streams: Python's random, and mizu.rng() twice (one Generator)."""
+    import random
+
+    import mizu
+
+    return x, scale * random.random(), mizu.rng().random(), int(mizu.rng().integers(1 << 30))
+
+
+def random_state_digest():
+    """A digest of this worker's random module's state."""
+    import hashlib
+    import random
+
+    return hashlib.sha256(repr(random.getstate()).encode()).hexdigest()
+
+
+def rng_outside_a_seeded_task():
+    """What mizu.rng() raises in a task without a seed: its type's name and message."""
+    import mizu
+
+    try:
+        mizu.rng()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
