@@ -55,26 +55,19 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
         buffersize: int | None,
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
+        ordered: bool = True,
+    ) -> Iterator[_T]: ...
+    def map(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
+        ordered: bool = True,
+        progress: bool | Mapping[str, Any] | None = False,
     ) -> Iterator[_T]: ...
     if sys.version_info >= (3, 14):
-        def map(
-            self,
-            fn: Callable[..., _T],
-            *iterables: Iterable[Any],
-            timeout: float | None = None,
-            chunksize: int = 1,
-            buffersize: int | None = None,
-            progress: bool | Mapping[str, Any] | None = False,
-        ) -> Iterator[_T]: ...
         def terminate_workers(self) -> None: ...
         def kill_workers(self) -> None: ...
         def _force_shutdown(self, operation: str) -> None: ...
-    else:
-        def map(
-            self,
-            fn: Callable[..., _T],
-            *iterables: Iterable[Any],
-            timeout: float | None = None,
-            chunksize: int = 1,
-            progress: bool | Mapping[str, Any] | None = False,
-        ) -> Iterator[_T]: ...

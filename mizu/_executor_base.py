@@ -78,9 +78,10 @@ class PoolOptions:
         """As the Executor's submit, with this view's task_timeout."""
         return self._executor._submit(fn, args, kwargs, self._timeout_ns)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
-        """As the Executor's map, with this view's task_timeout: each task is one chunk of `chunksize` calls."""
-        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False):
+        """As the Executor's map, with this view's task_timeout: each task is one chunk of `chunksize` calls
+        (`buffersize` counts them; with ``ordered=False`` results come as each completes)."""
+        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, ordered)
 
     def options(self, **controls):
         """A view with these controls in place of this one's (Executor.options)."""

@@ -24,6 +24,7 @@ class PoolOptions:
         timeout: float | None = None,
         chunksize: int = 1,
         buffersize: int | None = None,
+        ordered: bool = True,
         progress: bool | Mapping[str, Any] | None = False,
     ) -> Iterator[_T]: ...
     def options(self, **controls: Any) -> PoolOptions: ...

@@ -15,6 +15,7 @@ from mizu._pool cimport Pool
 
 import collections
 import itertools
+import queue
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
@@ -93,14 +94,41 @@ def _wait_ticking(future, end_time, bar):
                 raise
 
 
-def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False, timeout_ns=-1):
+def _next_settled(settled, end_time, bar):
+    """The next future that settled reaches, waited for until end_time (None: no end), ticking bar (None: none) between slices."""
+    while True:
+        if bar is not None:
+            bar.tick()
+        left = None if end_time is None else end_time - _monotonic()
+        wait = left if bar is None else TICK_SECONDS if left is None else min(left, TICK_SECONDS)
+        try:
+            return settled.get(True, None if wait is None else max(0.0, wait))
+        except queue.Empty:
+            if bar is None or left is not None and left <= TICK_SECONDS:
+                raise _base.TimeoutError() from None
+
+
+cdef tuple _unpacked(object values, object failures, bint flat):
+    """A settled batch's (values, exception): its calls' values up to its first failure, in reverse order for
+    MapResults to pop, and that failure's exception (None: none)."""
+    if failures:
+        del values[failures[0][0]:]
+    if not flat:
+        values = list(itertools.chain.from_iterable(values))
+    values.reverse()
+    return values, failures[0][1] if failures else None
+
+
+def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False, timeout_ns=-1,
+                ordered=True):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
     The arguments are the Executor's; workers: its max_workers; progress:
     False, or the option of a bar (mizu._progress.Progress) that counts the
     calls of each batch as the pool settles it; timeout_ns: each task's
-    deadline (mizu._control), -1 for the pool's. Bad ones raise the stdlib's errors (or
-    Progress's), before any call is submitted.
+    deadline (mizu._control), -1 for the pool's; ordered: False yields each
+    batch's values as it settles, a batch then being one chunk. Bad ones raise
+    the stdlib's errors (or Progress's), before any call is submitted.
     """
     if chunksize < 1:
         raise ValueError("chunksize must be >= 1.")
@@ -109,6 +137,9 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
             raise TypeError("buffersize must be an integer or None")
         if buffersize < 1:
             raise ValueError("buffersize must be None or > 0")
+    if ordered is not True and ordered is not False:
+        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
+                        f"complete), not {ordered!r}")
     end_time = None if timeout is None else timeout + _monotonic()
     flat = chunksize == 1
     single = len(iterables) == 1
@@ -117,9 +148,11 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
     shape = (FLAT if flat else 0) | (SINGLE if single else 0)
     if buffersize is None:
         units = list(units)
-        # A deadline is a task's: with one, a task is one chunk, as the caller chose it.
+        # A deadline is a task's: with one, a task is one chunk, as the caller
+        # chose it; so it is in completion order, where a chunk's results come
+        # as it completes.
         timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
-        per_batch = 1 if timed else _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        per_batch = 1 if timed or not ordered else _batch_size(pool.task_seconds, len(units), chunksize, workers)
         # Not a generator expression: that would keep `units` in the
         # closure of results(), for the garbage collector to walk until the end.
         batches = _slices(units, per_batch)
@@ -160,22 +193,54 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     if bar is not None:
                         pool.bars.counters.pop(cell_of(future), None)
                 del future
-                if failures:
-                    del values[failures[0][0]:]
-                if not flat:
-                    values = list(itertools.chain.from_iterable(values))
-                values.reverse()
+                values, error = _unpacked(values, failures, flat)
                 yield values
-                if failures:
-                    raise failures[0][1]
+                if error is not None:
+                    raise error
         finally:
-            for future in futures:
-                future.cancel()
-            if bar is not None:
-                # A batch that never settles (cancelled, or its task could
-                # not be sent) leaves no counter behind in the pool.
-                for future in futures:
-                    pool.bars.counters.pop(cell_of(future), None)
-                bar.close()
+            _cancel(pool, futures, bar)
 
-    return MapResults(results())
+    if ordered:
+        return MapResults(results())
+    # Each future, as it settles, puts itself in `settled`: a C method, so
+    # settling runs no Python code for it.
+    settled = queue.SimpleQueue()
+    pending = set(futures)
+    futures.clear()
+    for future in pending:
+        future.add_done_callback(settled.put)
+
+    def completed():
+        """Each batch's values as it settles, in a list in reverse order, for MapResults to pop."""
+        try:
+            while pending:
+                future = _next_settled(settled, end_time, bar)
+                pending.remove(future)
+                if buffersize is not None:
+                    for refill in map(send, itertools.islice(batches, 1)):
+                        pending.add(refill)
+                        refill.add_done_callback(settled.put)
+                if bar is not None:
+                    pool.bars.counters.pop(cell_of(future), None)
+                values, failures = future.result()
+                del future
+                values, error = _unpacked(values, failures, flat)
+                yield values
+                if error is not None:
+                    raise error
+        finally:
+            _cancel(pool, pending, bar)
+
+    return MapResults(completed())
+
+
+def _cancel(Pool pool, futures, bar):
+    """Cancel the futures of a map that ends (those not started), and close its bar (None: none)."""
+    for future in futures:
+        future.cancel()
+    if bar is not None:
+        # A batch that never settles (cancelled, or its task could
+        # not be sent) leaves no counter behind in the pool.
+        for future in futures:
+            pool.bars.counters.pop(cell_of(future), None)
+        bar.close()

@@ -159,14 +159,22 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         # A view's (options): the call's deadline its own.
         return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1, None, timeout_ns)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False):
-        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False):
+        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False)
 
         Like the builtin `map`, with the R function `fn` called in the
-        workers, `chunksize` calls to a task, at most `buffersize` tasks
-        submitted ahead (None: all at once). Results are yielded in order.
-        `progress` shows a bar counting calls as they complete, as
-        `ProcessPoolExecutor.map`'s does.
+        workers, `chunksize` calls to a task. `buffersize`, `ordered` and
+        `progress` are as in `ProcessPoolExecutor.map`: at most `buffersize`
+        tasks (chunks of `chunksize` calls) submitted ahead of the results
+        consumed (None: all at once); ``ordered=False`` yields results as
+        their calls complete, each exactly once; `progress` shows a bar
+        counting calls as they complete.
+
+        Returns
+        -------
+        iterator
+            The results, in the order of the calls (or of their completion).
+            Ending the iteration early cancels the calls not yet started.
 
         Raises
         ------
@@ -174,9 +182,13 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
             A result is not ready `timeout` seconds after the call to map.
         RError
             The R call of an item failed, when iteration reaches it.
+        TypeError
+            `buffersize` is not an int, or `ordered` not a bool.
+        ValueError
+            `chunksize` or `buffersize` is less than 1.
         """
-        return self._map(fn, iterables, timeout, chunksize, buffersize, progress)
+        return self._map(fn, iterables, timeout, chunksize, buffersize, progress, ordered=ordered)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1):
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, ordered=True):
         return map_results(self._pool, _check_function(fn), iterables, timeout, chunksize, buffersize,
-                           self._max_workers, progress, timeout_ns)
+                           self._max_workers, progress, timeout_ns, ordered)

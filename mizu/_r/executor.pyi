@@ -29,6 +29,7 @@ class RExecutor(ExecutorBase, Executor):
         buffersize: int | None,
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
+        ordered: bool = True,
     ) -> Iterator[Any]: ...
     def submit(self, fn: str, /, *args: Any, **kwargs: Any) -> Future[Any]: ...  # type: ignore[override]
     def map(  # type: ignore[override]
@@ -38,5 +39,6 @@ class RExecutor(ExecutorBase, Executor):
         timeout: float | None = None,
         chunksize: int = 1,
         buffersize: int | None = None,
+        ordered: bool = True,
         progress: bool | Mapping[str, Any] | None = False,
     ) -> Iterator[Any]: ...
