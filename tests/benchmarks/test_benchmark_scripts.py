@@ -37,3 +37,6 @@ def test_streams_bench_reports_each_map_beside_the_fastest_call():
     assert re.search(r"^uptime: .*load average", out, re.M), out
     rows = re.findall(r"^  (\w+ ?\w+) +[\d.]+ +[\d.]+ +[\d.]+ ", out, re.M)
     assert rows == ["mizu unordered", "mizu ordered", "imap_unordered"], out
+    costs = re.findall(r"^  ([\w ]+, chunksize \d+) +[\d.]+ +[\d.]+$", out, re.M)
+    assert costs == ["mizu ordered, chunksize 1", "mizu unordered, chunksize 1", "mizu unordered, chunksize 16",
+                     "imap_unordered, chunksize 1", "imap_unordered, chunksize 16"], out
