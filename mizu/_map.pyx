@@ -26,6 +26,7 @@ __all__ = ["MapResults", "map_results"]
 
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
+_LONGEST_WAIT = 1e9   # seconds: a queue's wait for longer overflows; a longer timeout waits again
 
 
 cdef class MapResults:
@@ -99,12 +100,13 @@ def _next_settled(settled, end_time, bar):
     while True:
         if bar is not None:
             bar.tick()
-        left = None if end_time is None else end_time - _monotonic()
-        wait = left if bar is None else TICK_SECONDS if left is None else min(left, TICK_SECONDS)
+        wait = _LONGEST_WAIT if end_time is None else min(end_time - _monotonic(), _LONGEST_WAIT)
+        if bar is not None:
+            wait = min(wait, TICK_SECONDS)
         try:
-            return settled.get(True, None if wait is None else max(0.0, wait))
+            return settled.get(True, max(0.0, wait))
         except queue.Empty:
-            if bar is None or left is not None and left <= TICK_SECONDS:
+            if end_time is not None and _monotonic() >= end_time:
                 raise _base.TimeoutError() from None
 
 

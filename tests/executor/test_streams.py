@@ -120,6 +120,10 @@ def test_an_unordered_map_times_out_from_the_call_to_map(mizu_pool, tmp_path):
     assert time.monotonic() - begun >= 1.0
     assert next(results, "end") == "end"
     open_gate(tmp_path, 0)
+    # A timeout longer than a lock can wait at once is waited for in parts.
+    for progress in (False, {"file": io.StringIO(), "delay": 0}):
+        assert sorted(mizu_pool.map(children.double, range(5), ordered=False, timeout=1e12, progress=progress)) == [
+            0, 2, 4, 6, 8]
 
 
 def _stop(results, how):
