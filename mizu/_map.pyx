@@ -8,10 +8,12 @@ iterable the bare item (a batch task, doc/dev/messages.rst).
 """
 
 from cpython.list cimport PyList_GET_SIZE
+from libc.stdint cimport int64_t
 
-from mizu._future cimport cell_of
+from mizu._future cimport Cell, cell_of
 from mizu._messages cimport BATCH, FLAT, SINGLE
 from mizu._pool cimport Pool
+from mizu.includes.spin cimport now_ns
 
 import collections
 import itertools
@@ -27,6 +29,9 @@ __all__ = ["MapResults", "map_results"]
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
 _LONGEST_WAIT = 1e9   # seconds: a queue's wait for longer overflows; a longer timeout waits again
+
+cdef object _PENDING = _base.PENDING
+cdef object _FINISHED = _base.FINISHED
 
 
 cdef class MapResults:
@@ -95,19 +100,54 @@ def _wait_ticking(future, end_time, bar):
                 raise
 
 
-def _next_settled(settled, end_time, bar):
+cdef class _Settled:
+    """An unordered map's futures in the order they settle, and a bell that rings as each does.
+
+    It is the done-callback of each of them, which the settling thread
+    calls from C: no Python frame per future. The bell is the state of a
+    future alone (a Cell), for the waiting caller to collect results itself
+    until it rings (Pool.wait_until, as a future's result() does), rather
+    than wait for the manager thread to collect them.
+    """
+
+    cdef object futures   # a SimpleQueue
+    cdef Cell bell
+
+    def __cinit__(self):
+        self.futures = queue.SimpleQueue()
+        self.bell = Cell()
+
+    def __call__(self, future):
+        self.futures.put(future)
+        self.bell.state = _FINISHED
+
+
+cdef object _next_settled(Pool pool, _Settled settled, end_time, bar):
     """The next future that settled reaches, waited for until end_time (None: no end), ticking bar (None: none) between slices."""
+    cdef Cell bell = settled.bell
+    cdef int64_t slice_end
+    futures = settled.futures
     while True:
+        # Set before the look at the queue: a future that settles after the look rings it.
+        bell.state = _PENDING
+        if not futures.empty():
+            return futures.get(False)
+        if end_time is not None and _monotonic() >= end_time:
+            raise _base.TimeoutError()
         if bar is not None:
             bar.tick()
         wait = _LONGEST_WAIT if end_time is None else min(end_time - _monotonic(), _LONGEST_WAIT)
         if bar is not None:
             wait = min(wait, TICK_SECONDS)
-        try:
-            return settled.get(True, max(0.0, wait))
-        except queue.Empty:
-            if end_time is not None and _monotonic() >= end_time:
-                raise _base.TimeoutError() from None
+        slice_end = now_ns() + <int64_t>(max(0.0, wait) * 1e9)
+        pool.wait_until(bell, slice_end)
+        if bell.state is _PENDING and now_ns() < slice_end:
+            # The pool collects no more here (it broke, or every future is
+            # done): what settles does elsewhere, into the queue.
+            try:
+                return futures.get(True, max(0.0, (slice_end - now_ns()) * 1e-9))
+            except queue.Empty:
+                pass
 
 
 cdef tuple _unpacked(object values, object failures, bint flat):
@@ -204,24 +244,22 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
 
     if ordered:
         return MapResults(results())
-    # Each future, as it settles, puts itself in `settled`: a C method, so
-    # settling runs no Python code for it.
-    settled = queue.SimpleQueue()
+    settled = _Settled()
     pending = set(futures)
     futures.clear()
     for future in pending:
-        future.add_done_callback(settled.put)
+        future.add_done_callback(settled)
 
     def completed():
         """Each batch's values as it settles, in a list in reverse order, for MapResults to pop."""
         try:
             while pending:
-                future = _next_settled(settled, end_time, bar)
+                future = _next_settled(pool, settled, end_time, bar)
                 pending.remove(future)
                 if buffersize is not None:
                     for refill in map(send, itertools.islice(batches, 1)):
                         pending.add(refill)
-                        refill.add_done_callback(settled.put)
+                        refill.add_done_callback(settled)
                 if bar is not None:
                     pool.bars.counters.pop(cell_of(future), None)
                 values, failures = future.result()
