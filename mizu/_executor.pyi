@@ -60,28 +60,20 @@ class ProcessPoolExecutor(ExecutorBase, _StdlibProcessPoolExecutor):
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
         seeds: Seeds | None = None,
+        ordered: bool = True,
+    ) -> Iterator[_T]: ...
+    def map(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
+        ordered: bool = True,
+        progress: bool | Mapping[str, Any] | None = False,
+        seed: int | Sequence[int] | None = None,
     ) -> Iterator[_T]: ...
     if sys.version_info >= (3, 14):
-        def map(
-            self,
-            fn: Callable[..., _T],
-            *iterables: Iterable[Any],
-            timeout: float | None = None,
-            chunksize: int = 1,
-            buffersize: int | None = None,
-            progress: bool | Mapping[str, Any] | None = False,
-            seed: int | Sequence[int] | None = None,
-        ) -> Iterator[_T]: ...
         def terminate_workers(self) -> None: ...
         def kill_workers(self) -> None: ...
         def _force_shutdown(self, operation: str) -> None: ...
-    else:
-        def map(
-            self,
-            fn: Callable[..., _T],
-            *iterables: Iterable[Any],
-            timeout: float | None = None,
-            chunksize: int = 1,
-            progress: bool | Mapping[str, Any] | None = False,
-            seed: int | Sequence[int] | None = None,
-        ) -> Iterator[_T]: ...

@@ -32,18 +32,31 @@ def _default_workers():
     return count or 1
 
 
-_MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progress=False, seed=None)
+_MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False, seed=None)
 
     Like the builtin `map`, with calls made in the workers, `chunksize`
-    calls to a task{ahead}. Results are yielded in order.
+    calls to a task.
 
     Parameters
     ----------
-    seed : int or sequence of int, optional
-        Each call runs with its own random stream, ``mizu.rng()`` and
-        Python's `random`, made from this seed and the call's index in the
-        map, whatever the workers, chunksize and scheduling (None: the
-        pool's seed, if it has one). Not in the stdlib's signature.
+    timeout : float, optional
+        Seconds from the call to map within which each result must be ready.
+    chunksize : int
+        Calls sent to a worker as one task.
+    buffersize : int, optional
+        At most this many tasks submitted ahead of the results consumed: the
+        iterables are read as results are, so a map over an endless or huge
+        iterable runs in bounded memory. A task is a chunk of `chunksize`
+        calls, as in the stdlib's (3.14) `Executor.map`: buffersize counts
+        chunks, not calls. None: every call is submitted at once. In the
+        stdlib's signature from Python 3.14; here on every Python.
+    ordered : bool
+        True: results in the order of the calls. False: results as their
+        calls complete (a chunk's as the chunk completes), each exactly
+        once, as `multiprocessing.pool.Pool.imap_unordered` yields them; a
+        slow call holds back no other's result, and with `buffersize` a
+        task is submitted as each one completes. Not in the stdlib's
+        signature.
     progress : bool or dict
         Show a progress bar that counts calls as they complete, once the map
         has run for 0.1 s: tqdm's (``tqdm.auto``) when tqdm is installed,
@@ -51,6 +64,20 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
         else a plain line on stderr (of the options, only ``desc``,
         ``total`` and ``delay`` are used). False or None: no bar. Not in the
         stdlib's signature.
+    seed : int or sequence of int, optional
+        Each call runs with its own random stream, ``mizu.rng()`` and
+        Python's `random`, made from this seed and the call's index in the
+        map, whatever the workers, chunksize and scheduling (None: the
+        pool's seed, if it has one). Not in the stdlib's signature.
+
+    Returns
+    -------
+    iterator
+        The results. A call that raised re-raises its exception when
+        iteration reaches it (in completion order if `ordered` is False),
+        ending the iteration; ending it early (an exception, ``break``
+        with the iterator dropped, or its ``close()``) cancels the calls
+        not yet started, as the stdlib's map does.
 
     Raises
     ------
@@ -58,9 +85,12 @@ _MAP_DOC = """map(fn, *iterables, timeout=None, chunksize=1{buffersize}, progres
         A result is not ready `timeout` seconds after the call to map.
     TypeError
         `progress` is neither a bool nor a dict, or is asked of a pool with
-        a ``submit`` of its own (tqdm's ``process_map`` sets one).
+        a ``submit`` of its own (tqdm's ``process_map`` sets one), as is
+        ``ordered=False`` (or `buffersize` before Python 3.14); `buffersize`
+        is not an int, or `ordered` not a bool.
     ValueError
-        `progress`'s ``delay`` is not a number of seconds >= 0.
+        `progress`'s ``delay`` is not a number of seconds >= 0, `chunksize`
+        is less than 1, or `buffersize` is less than 1.
     TypeError, ValueError
         `seed` is neither an int >= 0, nor a sequence of them, nor None.
     """
@@ -214,7 +244,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     def _seeds_of(seed):
         return None if seed is None else Seeds(seed)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None):
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None, ordered=True):
         if seeds is not None:
             fn, iterables = seeds.map(fn, iterables)
         if "submit" in self.__dict__ or type(self).submit is not ProcessPoolExecutor.submit:
@@ -227,25 +257,27 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             if timeout_ns >= 0:
                 raise TypeError("task_timeout cannot be set through options() on a pool with a submit of its own "
                                 "(set on it, or a subclass's): set it on the pool")
-            extra = {} if buffersize is None else {"buffersize": buffersize}
+            if not ordered:
+                raise TypeError("ordered=False cannot be combined with a submit of the pool's own (set on it, or a "
+                                "subclass's); leave ordered=True, or use concurrent.futures.as_completed over the "
+                                "futures that submit returns")
+            extra = {}
+            if buffersize is not None:
+                if sys.version_info < (3, 14):
+                    raise TypeError("buffersize cannot be combined with a submit of the pool's own (set on it, or a "
+                                    "subclass's) before Python 3.14, whose Executor.map takes it; leave it None")
+                extra["buffersize"] = buffersize
             return _process.ProcessPoolExecutor.map(self, fn, *iterables, timeout=timeout, chunksize=chunksize,
                                                     **extra)
         return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress,
-                           timeout_ns)
+                           timeout_ns, ordered)
 
-    if sys.version_info >= (3, 14):
-        def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
-            return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
-                             self._pool.seeds if seed is None else Seeds(seed))
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False,
+            seed=None):
+        return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
+                         self._pool.seeds if seed is None else Seeds(seed), ordered)
 
-        map.__doc__ = _MAP_DOC.format(buffersize=", buffersize=None",
-                                      ahead=",\n    at most `buffersize` tasks submitted ahead")
-    else:
-        def map(self, fn, *iterables, timeout=None, chunksize=1, progress=False, seed=None):
-            return self._map(fn, iterables, timeout, chunksize, None, progress, -1,
-                             self._pool.seeds if seed is None else Seeds(seed))
-
-        map.__doc__ = _MAP_DOC.format(buffersize="", ahead="")
+    map.__doc__ = _MAP_DOC
 
     # The stdlib's private attributes that its own tests and some user code
     # read: the live worker processes by pid, the thread that collects

@@ -80,10 +80,13 @@ class PoolOptions:
         """As the Executor's submit, with this view's task_timeout and seed."""
         return self._executor._submit(fn, args, kwargs, self._timeout_ns, self._seeds)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
-        """As the Executor's map, with this view's task_timeout (a task per chunk of `chunksize` calls) and seed."""
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False,
+            seed=None):
+        """As the Executor's map, with this view's task_timeout (a task per chunk of `chunksize` calls, which
+        `buffersize` counts; with ``ordered=False`` results come as each completes) and seed."""
         seeds = self._seeds if seed is None else self._executor._seeds_of(seed)
-        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, seeds)
+        return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, seeds,
+                                   ordered)
 
     def options(self, **controls):
         """A view with these controls in place of this one's (Executor.options); this one's seed if none is given."""

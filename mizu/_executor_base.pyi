@@ -30,6 +30,7 @@ class PoolOptions:
         timeout: float | None = None,
         chunksize: int = 1,
         buffersize: int | None = None,
+        ordered: bool = True,
         progress: bool | Mapping[str, Any] | None = False,
         seed: int | Sequence[int] | None = None,
     ) -> Iterator[_T]: ...

@@ -24,4 +24,5 @@ def map_results(
     workers: int,
     progress: bool | Mapping[str, Any] | None = False,
     timeout_ns: int = -1,
+    ordered: bool = True,
 ) -> MapResults: ...

@@ -8,13 +8,16 @@ iterable the bare item (a batch task, doc/dev/messages.rst).
 """
 
 from cpython.list cimport PyList_GET_SIZE
+from libc.stdint cimport int64_t
 
-from mizu._future cimport cell_of
+from mizu._future cimport Cell, cell_of
 from mizu._messages cimport BATCH, FLAT, SINGLE
 from mizu._pool cimport Pool
+from mizu.includes.spin cimport now_ns
 
 import collections
 import itertools
+import queue
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
@@ -25,6 +28,10 @@ __all__ = ["MapResults", "map_results"]
 
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
+_LONGEST_WAIT = 1e9   # seconds: a queue's wait for longer overflows; a longer timeout waits again
+
+cdef object _PENDING = _base.PENDING
+cdef object _FINISHED = _base.FINISHED
 
 
 cdef class MapResults:
@@ -93,14 +100,77 @@ def _wait_ticking(future, end_time, bar):
                 raise
 
 
-def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False, timeout_ns=-1):
+cdef class _Settled:
+    """An unordered map's futures in the order they settle, and a bell that rings as each does.
+
+    It is the done-callback of each of them, which the settling thread
+    calls from C: no Python frame per future. The bell is the state of a
+    future alone (a Cell), for the waiting caller to collect results itself
+    until it rings (Pool.wait_until, as a future's result() does), rather
+    than wait for the manager thread to collect them.
+    """
+
+    cdef object futures   # a SimpleQueue
+    cdef Cell bell
+
+    def __cinit__(self):
+        self.futures = queue.SimpleQueue()
+        self.bell = Cell()
+
+    def __call__(self, future):
+        self.futures.put(future)
+        self.bell.state = _FINISHED
+
+
+cdef object _next_settled(Pool pool, _Settled settled, end_time, bar):
+    """The next future that settled reaches, waited for until end_time (None: no end), ticking bar (None: none) between slices."""
+    cdef Cell bell = settled.bell
+    cdef int64_t slice_end
+    futures = settled.futures
+    while True:
+        # Set before the look at the queue: a future that settles after the look rings it.
+        bell.state = _PENDING
+        if not futures.empty():
+            return futures.get(False)
+        if end_time is not None and _monotonic() >= end_time:
+            raise _base.TimeoutError()
+        if bar is not None:
+            bar.tick()
+        wait = _LONGEST_WAIT if end_time is None else min(end_time - _monotonic(), _LONGEST_WAIT)
+        if bar is not None:
+            wait = min(wait, TICK_SECONDS)
+        slice_end = now_ns() + <int64_t>(max(0.0, wait) * 1e9)
+        pool.wait_until(bell, slice_end)
+        if bell.state is _PENDING and now_ns() < slice_end:
+            # The pool collects no more here (it broke, or every future is
+            # done): what settles does elsewhere, into the queue.
+            try:
+                return futures.get(True, max(0.0, (slice_end - now_ns()) * 1e-9))
+            except queue.Empty:
+                pass
+
+
+cdef tuple _unpacked(object values, object failures, bint flat):
+    """A settled batch's (values, exception): its calls' values up to its first failure, in reverse order for
+    MapResults to pop, and that failure's exception (None: none)."""
+    if failures:
+        del values[failures[0][0]:]
+    if not flat:
+        values = list(itertools.chain.from_iterable(values))
+    values.reverse()
+    return values, failures[0][1] if failures else None
+
+
+def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, workers, progress=False, timeout_ns=-1,
+                ordered=True):
     """Submit the calls of fn over iterables to pool, at most buffersize batches ahead (None: all); their MapResults.
 
     The arguments are the Executor's; workers: its max_workers; progress:
     False, or the option of a bar (mizu._progress.Progress) that counts the
     calls of each batch as the pool settles it; timeout_ns: each task's
-    deadline (mizu._control), -1 for the pool's. Bad ones raise the stdlib's errors (or
-    Progress's), before any call is submitted.
+    deadline (mizu._control), -1 for the pool's; ordered: False yields each
+    batch's values as it settles, a batch then being one chunk. Bad ones raise
+    the stdlib's errors (or Progress's), before any call is submitted.
     """
     if chunksize < 1:
         raise ValueError("chunksize must be >= 1.")
@@ -109,6 +179,9 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
             raise TypeError("buffersize must be an integer or None")
         if buffersize < 1:
             raise ValueError("buffersize must be None or > 0")
+    if ordered is not True and ordered is not False:
+        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
+                        f"complete), not {ordered!r}")
     end_time = None if timeout is None else timeout + _monotonic()
     flat = chunksize == 1
     single = len(iterables) == 1
@@ -117,9 +190,11 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
     shape = (FLAT if flat else 0) | (SINGLE if single else 0)
     if buffersize is None:
         units = list(units)
-        # A deadline is a task's: with one, a task is one chunk, as the caller chose it.
+        # A deadline is a task's: with one, a task is one chunk, as the caller
+        # chose it; so it is in completion order, where a chunk's results come
+        # as it completes.
         timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
-        per_batch = 1 if timed else _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        per_batch = 1 if timed or not ordered else _batch_size(pool.task_seconds, len(units), chunksize, workers)
         # Not a generator expression: that would keep `units` in the
         # closure of results(), for the garbage collector to walk until the end.
         batches = _slices(units, per_batch)
@@ -160,22 +235,52 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     if bar is not None:
                         pool.bars.counters.pop(cell_of(future), None)
                 del future
-                if failures:
-                    del values[failures[0][0]:]
-                if not flat:
-                    values = list(itertools.chain.from_iterable(values))
-                values.reverse()
+                values, error = _unpacked(values, failures, flat)
                 yield values
-                if failures:
-                    raise failures[0][1]
+                if error is not None:
+                    raise error
         finally:
-            for future in futures:
-                future.cancel()
-            if bar is not None:
-                # A batch that never settles (cancelled, or its task could
-                # not be sent) leaves no counter behind in the pool.
-                for future in futures:
-                    pool.bars.counters.pop(cell_of(future), None)
-                bar.close()
+            _cancel(pool, futures, bar)
 
-    return MapResults(results())
+    if ordered:
+        return MapResults(results())
+    settled = _Settled()
+    pending = set(futures)
+    futures.clear()
+    for future in pending:
+        future.add_done_callback(settled)
+
+    def completed():
+        """Each batch's values as it settles, in a list in reverse order, for MapResults to pop."""
+        try:
+            while pending:
+                future = _next_settled(pool, settled, end_time, bar)
+                pending.remove(future)
+                if buffersize is not None:
+                    for refill in map(send, itertools.islice(batches, 1)):
+                        pending.add(refill)
+                        refill.add_done_callback(settled)
+                if bar is not None:
+                    pool.bars.counters.pop(cell_of(future), None)
+                values, failures = future.result()
+                del future
+                values, error = _unpacked(values, failures, flat)
+                yield values
+                if error is not None:
+                    raise error
+        finally:
+            _cancel(pool, pending, bar)
+
+    return MapResults(completed())
+
+
+def _cancel(Pool pool, futures, bar):
+    """Cancel the futures of a map that ends (those not started), and close its bar (None: none)."""
+    for future in futures:
+        future.cancel()
+    if bar is not None:
+        # A batch that never settles (cancelled, or its task could
+        # not be sent) leaves no counter behind in the pool.
+        for future in futures:
+            pool.bars.counters.pop(cell_of(future), None)
+        bar.close()

@@ -179,16 +179,25 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
     def _seeds_of(seed):
         return None if seed is None else Streams(seed)
 
-    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None):
-        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, progress=False, seed=None)
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False,
+            seed=None):
+        """map(fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False, seed=None)
 
         Like the builtin `map`, with the R function `fn` called in the
-        workers, `chunksize` calls to a task, at most `buffersize` tasks
-        submitted ahead (None: all at once). Results are yielded in order.
-        `progress` shows a bar counting calls as they complete, as
-        `ProcessPoolExecutor.map`'s does. `seed` gives the call at index
-        i the i-th L'Ecuyer-CMRG stream of that seed, as the pool's `seed`
+        workers, `chunksize` calls to a task. `buffersize`, `ordered` and
+        `progress` are as in `ProcessPoolExecutor.map`: at most `buffersize`
+        tasks (chunks of `chunksize` calls) submitted ahead of the results
+        consumed (None: all at once); ``ordered=False`` yields results as
+        their calls complete, each exactly once; `progress` shows a bar
+        counting calls as they complete. `seed` gives the call at index i
+        the i-th L'Ecuyer-CMRG stream of that seed, as the pool's `seed`
         does (None: the pool's seed, if it has one).
+
+        Returns
+        -------
+        iterator
+            The results, in the order of the calls (or of their completion).
+            Ending the iteration early cancels the calls not yet started.
 
         Raises
         ------
@@ -196,15 +205,19 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
             A result is not ready `timeout` seconds after the call to map.
         RError
             The R call of an item failed, when iteration reaches it.
+        TypeError
+            `buffersize` is not an int, or `ordered` not a bool.
+        ValueError
+            `chunksize` or `buffersize` is less than 1.
         TypeError, ValueError
             `seed` is not an int that R's ``set.seed`` takes.
         """
         return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
-                         self._pool.seeds if seed is None else Streams(seed))
+                         self._pool.seeds if seed is None else Streams(seed), ordered)
 
-    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None):
+    def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None, ordered=True):
         fn = _check_function(fn)
         if seeds is not None:
             fn, iterables = seeds.map(fn, iterables)
         return map_results(self._pool, fn, iterables, timeout, chunksize, buffersize, self._max_workers, progress,
-                           timeout_ns)
+                           timeout_ns, ordered)

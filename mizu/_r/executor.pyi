@@ -36,6 +36,7 @@ class RExecutor(ExecutorBase, Executor):
         progress: bool | Mapping[str, Any] | None,
         timeout_ns: int = -1,
         seeds: Streams | None = None,
+        ordered: bool = True,
     ) -> Iterator[Any]: ...
     def submit(self, fn: str, /, *args: Any, **kwargs: Any) -> Future[Any]: ...  # type: ignore[override]
     def map(  # type: ignore[override]
@@ -45,6 +46,7 @@ class RExecutor(ExecutorBase, Executor):
         timeout: float | None = None,
         chunksize: int = 1,
         buffersize: int | None = None,
+        ordered: bool = True,
         progress: bool | Mapping[str, Any] | None = False,
         seed: int | None = None,
     ) -> Iterator[Any]: ...

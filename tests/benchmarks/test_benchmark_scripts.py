@@ -29,3 +29,14 @@ def test_control_bench_reports_mizu_beside_pebble_in_each_row():
     assert re.search(r"^uptime: .*load average", out, re.M), out
     rows = re.findall(r"^  (\w+) +-?[\d.]+", out, re.M)
     assert rows == ["mizu", "pebble", "mizu", "pebble", "stdlib", "mizu", "pebble"], out
+
+
+def test_streams_bench_reports_each_map_beside_the_fastest_call():
+    out = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "streams-bench.py"), "--quick"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert re.search(r"^uptime: .*load average", out, re.M), out
+    rows = re.findall(r"^  (\w+ ?\w+) +[\d.]+ +[\d.]+ +[\d.]+ ", out, re.M)
+    assert rows == ["mizu unordered", "mizu ordered", "imap_unordered"], out
+    costs = re.findall(r"^  ([\w ]+, chunksize \d+) +[\d.]+ +[\d.]+$", out, re.M)
+    assert costs == ["mizu ordered, chunksize 1", "mizu unordered, chunksize 1", "mizu unordered, chunksize 16",
+                     "imap_unordered, chunksize 1", "imap_unordered, chunksize 16"], out

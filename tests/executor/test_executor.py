@@ -416,7 +416,7 @@ def test_terminate_and_kill_workers_end_the_running_tasks_as_the_stdlibs_do(exec
     ex.shutdown()
 
 
-@pytest.mark.python_from((3, 14))   # map's buffersize
+@pytest.mark.stdlib_oracle_from((3, 14))   # map's buffersize
 def test_map_buffersize_submits_at_most_that_many_ahead_and_refuses_bad_values(executor_type, tmp_path):
     with executor_type(2) as ex:
         assert list(ex.map(children.double, range(50), buffersize=3)) == [2 * i for i in range(50)]
