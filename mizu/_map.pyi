@@ -1,4 +1,5 @@
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -25,3 +26,14 @@ def map_results(
     progress: bool | Mapping[str, Any] | None = False,
     timeout_ns: int = -1,
 ) -> MapResults: ...
+
+def planned(
+    pool: Pool,
+    fn: Callable[..., object],
+    iterables: Sequence[Iterable[Any]],
+    chunksize: int,
+    buffersize: int | None,
+    workers: int,
+    timeout_ns: int = -1,
+) -> tuple[Iterator[list[Any]], bool, int | None, Callable[..., Future[Any]]]: ...
+def batch_values(outcome: tuple[list[Any], list[tuple[int, BaseException]]], flat: bool) -> tuple[list[Any], BaseException | None]: ...
