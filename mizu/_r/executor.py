@@ -155,6 +155,9 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         """
         return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1)
 
+    def _task_fn(self, fn):
+        return _check_function(fn)
+
     def _submit(self, fn, args, kwargs, timeout_ns):
         # A view's (options): the call's deadline its own.
         return self._pool.submit(CALL, _check_function(fn), args, kwargs, 1, None, timeout_ns)
