@@ -123,15 +123,15 @@ class Awaited(asyncio.Future):
     def deliver(self):
         if self.done():
             return   # cancelled
-        call = self._call
-        if call.cancelled():
-            super().cancel()
+        try:
+            result = self._call.result()
+        except BaseException as exc:
+            if self._call.cancelled():
+                super().cancel()
+            else:
+                self.set_exception(_asyncio_exception(exc))
             return
-        exc = call.exception()
-        if exc is None:
-            self.set_result(call.result())
-        else:
-            self.set_exception(_asyncio_exception(exc))
+        self.set_result(result)
 
 
 def submit_awaitable(bridge, call):
