@@ -37,13 +37,14 @@ __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
 class Bridge:
     """Where the futures settling in any thread hand their receivers to one event loop, in batches."""
 
-    __slots__ = ("loop", "thread", "lock", "batch", "__weakref__")
+    __slots__ = ("loop", "thread", "lock", "batch", "pool")
 
     def __init__(self, loop):
         self.loop = loop
         self.thread = threading.get_ident()
         self.lock = threading.Lock()
         self.batch = []
+        self.pool = None   # the pool of the last task submitted through it
 
     def post(self, receiver):
         """Have receiver.deliver() called in the loop's thread, with the rest of its batch; from any thread."""
@@ -61,6 +62,10 @@ class Bridge:
             pass   # the loop is closed: nothing awaits what it would deliver
 
     def drain(self):
+        if self.pool is not None:
+            # What the pool has answered since the wake-up settles here, in
+            # this batch or the next, rather than wake the loop once more.
+            self.pool.collect_now()
         with self.lock:
             batch, self.batch = self.batch, []
         for receiver in batch:
@@ -134,8 +139,10 @@ class Awaited(asyncio.Future):
         self.set_result(result)
 
 
-def submit_awaitable(bridge, call):
-    """The Awaited of the future `call`, delivered through bridge (running_bridge(), taken before the submit)."""
+def submit_awaitable(bridge, call, pool):
+    """The Awaited of the future `call` of pool, delivered through bridge (running_bridge(), taken before the submit)."""
+    if bridge.pool is not pool:
+        bridge.pool = pool
     awaited = Awaited(loop=bridge.loop)
     awaited._call, awaited._bridge = call, bridge
     call.add_done_callback(awaited.settled)
@@ -210,6 +217,8 @@ def amap_results(pool, fn, iterables, ordered, buffersize, chunksize, timeout, w
     batches, flat, _, send = planned(pool, fn, iterables, chunksize, buffersize, workers, timeout_ns)
     completions = Completions(bridge)
     add = completions.add
+    if bridge.pool is not pool:
+        bridge.pool = pool
 
     def submit(batch):
         future = send(batch)

@@ -182,7 +182,7 @@ class ExecutorBase:
     def _asubmit(self, fn, args, kwargs, timeout_ns):
         aio = _aio or _asyncio_part()
         bridge = aio.running_bridge()
-        return aio.submit_awaitable(bridge, self._submit(fn, args, kwargs, timeout_ns))
+        return aio.submit_awaitable(bridge, self._submit(fn, args, kwargs, timeout_ns), self._pool)
 
     def amap(self, fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None):
         """amap(fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None)
