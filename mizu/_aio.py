@@ -8,18 +8,27 @@ lock, a write to the loop's self-pipe) costs more than the task's round
 trip. So each loop has one Bridge, and completions reach it in batches:
 
   settling thread                                    the loop's thread
+                                                     asubmit: Bridge.watch; the loop's next
+                                                     round (watch_all) collects what the
+                                                     pool has answered (collect_now) and
+                                                     delivers what is done; a done-callback
+                                                     watches the others
     a future settles -> its done-callback:
       bridge.post(receiver)  [bridge.lock]
         batch.append(receiver); the post that
         starts a batch wakes the loop:
         call_soon_threadsafe(drain) ------------->   drain(): takes the batch [bridge.lock],
-                                                     then each receiver's deliver(): an
-                                                     asubmit's asyncio future takes the
-                                                     task's outcome; an amap's iterator
-                                                     is woken to yield what has settled.
+                                                     collects what has come since (into
+                                                     the next batch), then each receiver's
+                                                     deliver(): an asubmit's asyncio future
+                                                     takes the task's outcome; an amap's
+                                                     iterator is woken to yield what has
+                                                     settled.
 
-Posts made in the loop's own thread (a submit that collects what is ready,
-a cancel) go through call_soon, which needs no wake-up.
+Posts made in the loop's own thread (its own collecting, a cancel) go
+through call_soon, which needs no wake-up. A bridge helps only the pool
+of its last submit collect; another pool's results come through its
+manager thread.
 """
 
 import asyncio
@@ -37,7 +46,7 @@ __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
 class Bridge:
     """Where the futures settling in any thread hand their receivers to one event loop, in batches."""
 
-    __slots__ = ("loop", "thread", "lock", "batch", "pool")
+    __slots__ = ("loop", "thread", "lock", "batch", "pool", "unwatched")
 
     def __init__(self, loop):
         self.loop = loop
@@ -45,6 +54,34 @@ class Bridge:
         self.lock = threading.Lock()
         self.batch = []
         self.pool = None   # the pool of the last task submitted through it
+        self.unwatched = []   # asubmit's since the loop last ran: the loop's thread alone touches it
+
+    def watch(self, awaited):
+        """Deliver awaited once its task's future is done: from the loop's next round on. In the loop's thread."""
+        unwatched = self.unwatched
+        unwatched.append(awaited)
+        if len(unwatched) == 1:
+            self.loop.call_soon(self.watch_all)
+
+    def watch_all(self):
+        # A future watched by a callback keeps the manager thread collecting
+        # beside the loop's thread; those already done by the time the loop
+        # runs (a coroutine that submits many, then awaits them) need none.
+        unwatched, self.unwatched = self.unwatched, []
+        try:
+            self.collect()
+        finally:
+            for awaited in unwatched:
+                call = awaited._call
+                if call.done():
+                    awaited.deliver()
+                else:
+                    call.add_done_callback(awaited.settled)
+
+    def collect(self):
+        """Collect what the pool has answered, unless another thread is: it settles here, without a wake-up."""
+        if self.pool is not None:
+            self.pool.collect_now()
 
     def post(self, receiver):
         """Have receiver.deliver() called in the loop's thread, with the rest of its batch; from any thread."""
@@ -62,14 +99,13 @@ class Bridge:
             pass   # the loop is closed: nothing awaits what it would deliver
 
     def drain(self):
-        if self.pool is not None:
-            # What the pool has answered since the wake-up settles here, in
-            # this batch or the next, rather than wake the loop once more.
-            self.pool.collect_now()
         with self.lock:
             batch, self.batch = self.batch, []
-        for receiver in batch:
-            receiver.deliver()
+        try:
+            self.collect()   # into the next batch
+        finally:
+            for receiver in batch:
+                receiver.deliver()
 
 
 _bridges = threading.local()
@@ -145,7 +181,7 @@ def submit_awaitable(bridge, call, pool):
         bridge.pool = pool
     awaited = Awaited(loop=bridge.loop)
     awaited._call, awaited._bridge = call, bridge
-    call.add_done_callback(awaited.settled)
+    bridge.watch(awaited)
     return awaited
 
 
