@@ -228,11 +228,19 @@ def test_amap_unordered_yields_each_value_once(run_loop, mizu_pool, chunksize, b
     assert sorted(run_loop(main())) == [2 * i for i in range(500)]
 
 
-def test_amap_unordered_yields_a_fast_call_before_a_slow_one_before_it(run_loop, mizu_pool):
-    async def main():
-        return [x async for x in mizu_pool.amap(children.nap, [1.0, 0.0], ordered=False)]
+def test_amap_unordered_yields_a_fast_call_before_a_slow_one_before_it(run_loop, mizu_pool, tmp_path):
+    gate = str(tmp_path / "gate")
 
-    assert run_loop(main()) == [0.0, 1.0]
+    async def main():
+        found = []
+        async for value in mizu_pool.amap(executor_children.apply, [children.wait_for_file, children.echo_value],
+                                          [gate, "fast"], ordered=False):
+            found.append(value)
+            open(gate, "w").close()   # the slow call ends only once a value has come
+        return found
+
+    fast, slow = run_loop(main())
+    assert fast == "fast" and isinstance(slow, int)
 
 
 def test_amap_raises_a_call_s_exception_where_map_does(run_loop, mizu_pool, stdlib_pool):
