@@ -30,8 +30,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("python_a")
     parser.add_argument("python_b")
-    parser.add_argument("--row", choices=["as_completed", "asyncio", "callbacks", "map", "pipelined", "rt", "wait"],
-                        default="rt")
+    parser.add_argument("--row", choices=["amap", "as_completed", "asubmit", "asyncio", "callbacks", "map", "pipelined",
+                                          "rt", "wait"], default="rt")
     parser.add_argument("--tasks", type=int, default=3000, help="tasks per measurement (default 3000)")
     parser.add_argument("--pairs", type=int, default=100, help="pairs of measurements (default 100)")
     parser.add_argument("--workers", type=int, default=1)

@@ -132,6 +132,46 @@ def asyncio_gather(pool, n):
     return asyncio.run(run())
 
 
+def asyncio_asubmit(pool, n):
+    """asyncio_gather with mizu's pool.asubmit(...) in place of run_in_executor (the others, without it, keep it)."""
+    import asyncio
+
+    if not hasattr(pool, "asubmit"):
+        return asyncio_gather(pool, n)
+
+    async def run():
+        start = time.perf_counter()
+        await asyncio.gather(*[pool.asubmit(trivial, i) for i in range(n)])
+        return (time.perf_counter() - start) / n
+
+    return asyncio.run(run())
+
+
+def amap_overhead(pool, n):
+    """Seconds per element of `async for` over mizu's pool.amap(trivial, range(n)) with default arguments (the
+    others, without it: their map iterated in the coroutine)."""
+    import asyncio
+
+    async def run():
+        start = time.perf_counter()
+        if hasattr(pool, "amap"):
+            async for _ in pool.amap(trivial, range(n)):
+                pass
+        else:
+            for _ in pool.map(trivial, range(n)):
+                pass
+        return (time.perf_counter() - start) / n
+
+    return asyncio.run(run())
+
+
+def amap_cost(n, pairs):
+    """[ratio]: in one pool of 4 workers, amap_overhead's time over map_overhead's, the two run back to back."""
+    with mizu.ProcessPoolExecutor(4) as pool:
+        list(pool.map(trivial, range(n)))
+        return back_to_back(pairs, [("amap", lambda: amap_overhead(pool, n))], lambda: map_overhead(pool, n))["amap"]
+
+
 def map_overhead(pool, n):
     """Seconds per element of map(trivial, range(n)) with default arguments."""
     start = time.perf_counter()
@@ -463,7 +503,8 @@ def pools():
 
 
 PAIRED_ROWS = {"rt": round_trip, "pipelined": pipelined, "map": map_overhead, "wait": pipelined_wait,
-               "as_completed": pipelined_as_completed, "callbacks": pipelined_callbacks, "asyncio": asyncio_gather}
+               "as_completed": pipelined_as_completed, "callbacks": pipelined_callbacks, "asyncio": asyncio_gather,
+               "asubmit": asyncio_asubmit, "amap": amap_overhead}
 R_TRIVIAL = "function(x) x"
 
 
@@ -506,9 +547,12 @@ def main(argv=None):
         ("pipelined, by as_completed(fs), 1 worker", "us/task", 1, pipelined_as_completed, 50_000 // scale, 1e6),
         ("pipelined, a done-callback on each, 1 worker", "us/task", 1, pipelined_callbacks, 50_000 // scale, 1e6),
         ("asyncio.gather of run_in_executor, 1 worker", "us/task", 1, asyncio_gather, 20_000 // scale, 1e6),
+        ("asyncio.gather of asubmit (others: run_in_executor), 1 worker", "us/task", 1, asyncio_asubmit,
+         20_000 // scale, 1e6),
         ("map overhead, trivial fn, 4 workers", "us/elt", 4, map_overhead, 50_000 // scale, 1e6),
         ("map overhead, with a progress bar, 4 workers", "us/elt", 4, map_with_bar, 50_000 // scale, 1e6),
         ("map overhead, a bar from the start, 4 workers", "us/elt", 4, map_with_bar_drawn, 50_000 // scale, 1e6),
+        ("async for over amap (others: map), 4 workers", "us/elt", 4, amap_overhead, 50_000 // scale, 1e6),
         ("map of 2,000 ~5 us tasks, 4 workers", "ms", 4, map_work, 2_000, 1e3),
         ("round trip, 1 worker, a busy process per CPU", "us/task", 1, loaded_round_trip, 5_000 // scale, 1e6),
     ]
@@ -535,6 +579,10 @@ def main(argv=None):
     if any(row[3] is map_with_bar for row in rows):
         record.progress("mizu: the progress bar's cost, back to back with the plain map")
         costs = bar_cost(50_000 // scale, 8 * args.repeats)
+    amap_ratios = []
+    if any(row[3] is amap_overhead for row in rows):
+        record.progress("mizu: amap, back to back with map")
+        amap_ratios = amap_cost(50_000 // scale, 4 * args.repeats)
     by_value = {}
     if any(row[3] is pipelined for row in rows):
         record.progress("mizu: pipelined with by_value=True, back to back with it off")
@@ -601,6 +649,10 @@ def main(argv=None):
         how = "progress=" if run is map_with_bar else "a bar from the start (delay 0)"
         print(f"mizu's map with {how}: {statistics.median(found):.3f}x the map without, back to back in one pool "
               f"(quartiles {low:.3f}-{high:.3f}, {len(found)} pairs)")
+    if amap_ratios:
+        low, _, high = statistics.quantiles(amap_ratios, n=4)
+        print(f"mizu's amap: {statistics.median(amap_ratios):.3f}x its map per call, back to back in one pool "
+              f"(quartiles {low:.3f}-{high:.3f}, {len(amap_ratios)} pairs)")
     print()
     print(f"{'pool life':<62}{'mizu':>12}{'ProcessPool':>14}{'mizu / ProcessPool':>20}")
     for title, unit, scale, _ in lifecycle:
@@ -624,7 +676,8 @@ def main(argv=None):
         ], ideal_ms=ideal * 1e3, idle_core_share=idle,
             bar_cost={("default" if run is map_with_bar else "drawn from the start"): statistics.median(found)
                       for run, found in costs.items()},
-            by_value_cost={label: statistics.median(found) for label, found in by_value.items()}, lifecycle=[
+            by_value_cost={label: statistics.median(found) for label, found in by_value.items()},
+            amap_cost=statistics.median(amap_ratios) if amap_ratios else None, lifecycle=[
             {"row": title, "unit": unit,
              "median": {n: statistics.median(life[(title, n)]) * scale for n, _ in process_pools},
              "samples": {n: [t * scale for t in life[(title, n)]] for n, _ in process_pools}}

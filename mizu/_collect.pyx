@@ -237,6 +237,15 @@ cdef class Collector(Watchdog):
             finally:
                 self.give_recv()
 
+    def collect_now(self):
+        """Collect the results in the ring now, unless another thread is collecting: for a thread that must not wait.
+
+        An event loop's thread calls it as it takes a batch of completions
+        (mizu._aio): what has come meanwhile settles in that thread, without
+        waking it again from the manager thread.
+        """
+        self.collect_if_free()
+
     cdef start_put_off(self):
         """start_deferred, then break the pool if a start failed."""
         with self.state_lock:

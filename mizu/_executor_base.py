@@ -5,10 +5,12 @@ for R workers) checks its arguments, with `checked_workers`,
 `check_max_tasks` and `check_controls` for those they have in common, makes
 the launcher of its kind of worker (mizu._launchers.Launcher) and starts its
 pool with `ExecutorBase._start_pool`; `insights`, `shutdown`, `stop` and
-`options` are the pool's. Each supplies `_submit` and `_map`, which the
-views that `options` returns call with their controls, and `_seeds_of`,
-which makes the seeds of a ``seed=`` (None for None) for its `_submit`
-and `_map`: what gives each task its own random stream.
+`options` are the pool's, and so are `asubmit` and `amap`, asyncio's
+forms of `submit` and `map` (mizu._aio). Each supplies `_submit` and
+`_map`, which the views that `options` returns call with their controls,
+`_task_fn`, which checks a task's function, and `_seeds_of`, which makes
+the seeds of a ``seed=`` (None for None) for its `_submit` and `_map`:
+what gives each task its own random stream.
 """
 
 import math
@@ -20,6 +22,14 @@ from mizu._pool import Pool
 __all__ = ["ExecutorBase", "PoolOptions", "check_controls", "check_max_tasks", "checked_workers"]
 
 _WORKER_DEATHS = ("break", "replace")
+_aio = None   # mizu._aio, imported by the first asubmit or amap: asyncio takes longer to import than mizu
+
+
+def _asyncio_part():
+    global _aio
+    if _aio is None:
+        from mizu import _aio
+    return _aio
 
 
 def checked_workers(max_workers, default):
@@ -88,6 +98,15 @@ class PoolOptions:
         return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, seeds,
                                    ordered)
 
+    def asubmit(self, fn, /, *args, **kwargs):
+        """As the Executor's asubmit, with this view's task_timeout and seed."""
+        return self._executor._asubmit(fn, args, kwargs, self._timeout_ns, self._seeds)
+
+    def amap(self, fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None, seed=None):
+        """As the Executor's amap, with this view's task_timeout and seed."""
+        seeds = self._seeds if seed is None else self._executor._seeds_of(seed)
+        return self._executor._amap(fn, iterables, ordered, buffersize, chunksize, timeout, self._timeout_ns, seeds)
+
     def options(self, **controls):
         """A view with these controls in place of this one's (Executor.options); this one's seed if none is given."""
         controls.setdefault("task_timeout", self._timeout_ns * 1e-9 or None)
@@ -116,6 +135,130 @@ class ExecutorBase:
         # Collecting the executor shuts the pool down; work already submitted still completes, unless
         # max_tasks_per_child retires every worker first.
         weakref.finalize(self, Pool.collect, self._pool, type(self).__name__)
+
+    def _task_fn(self, fn):
+        """fn, checked as this kind of worker takes a task's function."""
+        return fn
+
+    def asubmit(self, fn, /, *args, **kwargs):
+        """asubmit(fn, /, *args, **kwargs)
+
+        Schedule ``fn(*args, **kwargs)`` as `submit` does, and return an
+        awaitable of its result, for a coroutine of the running asyncio
+        event loop. Not in the stdlib's Executor: its counterpart is
+        ``loop.run_in_executor(pool, fn, *args)``, whose outcomes it gives,
+        at a fraction of its cost per task.
+
+        Returns
+        -------
+        asyncio.Future
+            Of the running loop: done with the call's result, or its
+            exception as `Future.result` raises it (with the worker's
+            traceback as its ``__cause__``). Results reach the loop in
+            batches: one wake-up of the loop for all the tasks that ended
+            since the last.
+
+        Raises
+        ------
+        RuntimeError
+            No asyncio event loop runs in this thread, or the pool was shut
+            down.
+        BrokenProcessPool
+            A worker died; the pool cannot be used any more.
+
+        Notes
+        -----
+        Cancelling the future, as cancelling the task that awaits it does
+        (``asyncio.wait_for``'s timeout, a ``TaskGroup`` failing), cancels
+        the call if no worker has started it. A call already running runs
+        to its end, as under ``run_in_executor``, and its result is dropped:
+        ending it would end its worker, which the pool does only when asked
+        (`stop`), or past a `task_timeout`, which bounds how long a call
+        may run however it is awaited.
+
+        Submitting never waits for the workers: a task that finds their
+        rings full waits in the pool's queue, and the loop goes on. (The
+        first submit starts the pool, as `submit` does; with ``spawn``, a
+        worker starts whenever a submit finds none idle.)
+
+        Examples
+        --------
+        >>> import asyncio, mizu, operator
+        >>> async def main(pool):
+        ...     return await asyncio.gather(*(pool.asubmit(operator.mul, i, i) for i in range(4)))
+        >>> with mizu.ProcessPoolExecutor(2) as pool:
+        ...     asyncio.run(main(pool))
+        [0, 1, 4, 9]
+        """
+        return self._asubmit(fn, args, kwargs, -1, self._pool.seeds)
+
+    def _asubmit(self, fn, args, kwargs, timeout_ns, seeds):
+        aio = _aio or _asyncio_part()
+        bridge = aio.running_bridge()
+        return aio.submit_awaitable(bridge, self._submit(fn, args, kwargs, timeout_ns, seeds), self._pool)
+
+    def amap(self, fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None, seed=None):
+        """amap(fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None, seed=None)
+
+        `map` for a coroutine of the running asyncio event loop: an async
+        iterator of the values of ``fn`` over `iterables`, calls made in the
+        workers. Not in the stdlib's Executor.
+
+        Parameters
+        ----------
+        ordered : bool
+            Yield the values in the order of the calls (True), or as the
+            tasks end (False): a slow call then holds back no other.
+        buffersize : int, optional
+            Submit at most this many tasks ahead of the values yielded, and
+            read the iterables as it goes (None: all at once, as `map`).
+        chunksize : int
+            Calls to a task; an exception stands for its whole chunk.
+        timeout : float, optional
+            Seconds from the call to amap by which each value must be ready.
+        seed : int or sequence of int, optional
+            Each call's random stream, as `map`'s `seed` gives it (None: the
+            pool's seed, if it has one).
+
+        Returns
+        -------
+        collections.abc.AsyncIterator
+            Its values, which reach the loop in batches, as those of
+            `asubmit` do. Closing it before its end (``break`` out of its
+            ``async for``, ``aclose()``) cancels the tasks not yet started.
+
+        Raises
+        ------
+        RuntimeError
+            No asyncio event loop runs in this thread, or the pool was shut
+            down.
+        ValueError, TypeError
+            `chunksize` is below 1, or `buffersize` is not a positive int.
+        TimeoutError
+            A value is not ready `timeout` seconds after the call to amap
+            (``concurrent.futures.TimeoutError``, as `map` raises).
+        Exception
+            Whatever a call raised, when iteration reaches it (with the
+            worker's traceback as its ``__cause__``).
+
+        Examples
+        --------
+        >>> import asyncio, mizu, operator
+        >>> async def main(pool):
+        ...     return [x async for x in pool.amap(operator.neg, range(4))]
+        >>> with mizu.ProcessPoolExecutor(2) as pool:
+        ...     asyncio.run(main(pool))
+        [0, -1, -2, -3]
+        """
+        return self._amap(fn, iterables, ordered, buffersize, chunksize, timeout, -1,
+                          self._pool.seeds if seed is None else self._seeds_of(seed))
+
+    def _amap(self, fn, iterables, ordered, buffersize, chunksize, timeout, timeout_ns, seeds):
+        fn = self._task_fn(fn)
+        if seeds is not None:
+            fn, iterables = seeds.map(fn, iterables)
+        return (_aio or _asyncio_part()).amap_results(self._pool, fn, iterables, ordered, buffersize, chunksize,
+                                                      timeout, self._max_workers, timeout_ns)
 
     def insights(self):
         """insights()

@@ -1,4 +1,5 @@
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
@@ -34,6 +35,16 @@ class PoolOptions:
         progress: bool | Mapping[str, Any] | None = False,
         seed: int | Sequence[int] | None = None,
     ) -> Iterator[_T]: ...
+    def asubmit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> asyncio.Future[_T]: ...
+    def amap(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        ordered: bool = True,
+        buffersize: int | None = None,
+        chunksize: int = 1,
+        timeout: float | None = None,
+    ) -> AsyncIterator[_T]: ...
     def options(self, **controls: Any) -> PoolOptions: ...
     def __getattr__(self, name: str) -> Any: ...
 
@@ -49,6 +60,30 @@ class ExecutorBase:
         worker_death: str = "break",
         seeds: _Seeds | None = None,
     ) -> None: ...
+    def _task_fn(self, fn: Any) -> Any: ...
+    def asubmit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> asyncio.Future[_T]: ...
+    def _asubmit(
+        self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int
+    ) -> asyncio.Future[_T]: ...
+    def amap(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        ordered: bool = True,
+        buffersize: int | None = None,
+        chunksize: int = 1,
+        timeout: float | None = None,
+    ) -> AsyncIterator[_T]: ...
+    def _amap(
+        self,
+        fn: Callable[..., _T],
+        iterables: tuple[Iterable[Any], ...],
+        ordered: bool,
+        buffersize: int | None,
+        chunksize: int,
+        timeout: float | None,
+        timeout_ns: int,
+    ) -> AsyncIterator[_T]: ...
     def insights(self) -> Insights: ...
     def options(self, *, task_timeout: float | None = None, seed: int | Sequence[int] | None = None) -> PoolOptions: ...
     def stop(self, future: Future[Any]) -> bool: ...

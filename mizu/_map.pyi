@@ -1,4 +1,5 @@
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -26,3 +27,15 @@ def map_results(
     timeout_ns: int = -1,
     ordered: bool = True,
 ) -> MapResults: ...
+
+def planned(
+    pool: Pool,
+    fn: Callable[..., object],
+    iterables: Sequence[Iterable[Any]],
+    chunksize: int,
+    buffersize: int | None,
+    workers: int,
+    timeout_ns: int = -1,
+    ordered: bool = True,
+) -> tuple[Iterator[list[Any]], bool, int | None, Callable[..., Future[Any]]]: ...
+def batch_values(outcome: tuple[list[Any], list[tuple[int, BaseException]]], flat: bool) -> tuple[list[Any], BaseException | None]: ...

@@ -150,14 +150,61 @@ cdef object _next_settled(Pool pool, _Settled settled, end_time, bar):
                 pass
 
 
-cdef tuple _unpacked(object values, object failures, bint flat):
-    """A settled batch's (values, exception): its calls' values up to its first failure, in reverse order for
-    MapResults to pop, and that failure's exception (None: none)."""
+def planned(Pool pool, fn, iterables, chunksize, buffersize, workers, timeout_ns=-1, ordered=True):
+    """The batches of a map's calls, whether a unit is a single call, their count, and the function that submits one.
+
+    (batches, flat, calls, send): send(batch, bar=None) submits a batch to
+    pool as one task and returns its future, whose values batch_values
+    reads; calls is None with a buffersize, which leaves the iterables to be
+    read as the batches are. The arguments are map_results'; bad ones raise
+    the stdlib's errors, before any call is submitted. Without a buffersize
+    the batches are cut from all the calls at once, each worth about
+    _BATCH_SECONDS of the pool's tasks (one unit with a deadline, or for a
+    map in completion order); with one, each batch is one unit.
+    """
+    if chunksize < 1:
+        raise ValueError("chunksize must be >= 1.")
+    if buffersize is not None:
+        if not isinstance(buffersize, int):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
+    if ordered is not True and ordered is not False:
+        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
+                        f"complete), not {ordered!r}")
+    flat = chunksize == 1
+    single = len(iterables) == 1
+    calls = iter(iterables[0]) if single else zip(*iterables)
+    units = calls if flat else _chunks(calls, chunksize)
+    shape = (FLAT if flat else 0) | (SINGLE if single else 0)
+    count = None
+    if buffersize is None:
+        units = list(units)
+        count = len(units) if flat else sum(map(len, units))
+        # A deadline is a task's: with one, a task is one chunk, as the caller
+        # chose it; so it is in completion order, where a chunk's results come
+        # as it completes.
+        timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
+        per_batch = 1 if timed or not ordered else _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        # Not a generator expression: that would keep `units` in the
+        # closure of results(), for the garbage collector to walk until the end.
+        batches = _slices(units, per_batch)
+    else:
+        batches = _chunks(units, 1)
+
+    def send(batch, bar=None):
+        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)), bar, timeout_ns)
+
+    return batches, flat, count, send
+
+
+def batch_values(outcome, bint flat):
+    """The values of a batch's task, in order, from its future's result, and the exception that ends them (or None)."""
+    values, failures = outcome
     if failures:
         del values[failures[0][0]:]
     if not flat:
         values = list(itertools.chain.from_iterable(values))
-    values.reverse()
     return values, failures[0][1] if failures else None
 
 
@@ -172,41 +219,14 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
     batch's values as it settles, a batch then being one chunk. Bad ones raise
     the stdlib's errors (or Progress's), before any call is submitted.
     """
-    if chunksize < 1:
-        raise ValueError("chunksize must be >= 1.")
-    if buffersize is not None:
-        if not isinstance(buffersize, int):
-            raise TypeError("buffersize must be an integer or None")
-        if buffersize < 1:
-            raise ValueError("buffersize must be None or > 0")
-    if ordered is not True and ordered is not False:
-        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
-                        f"complete), not {ordered!r}")
     end_time = None if timeout is None else timeout + _monotonic()
-    flat = chunksize == 1
-    single = len(iterables) == 1
-    calls = iter(iterables[0]) if single else zip(*iterables)
-    units = calls if flat else _chunks(calls, chunksize)
-    shape = (FLAT if flat else 0) | (SINGLE if single else 0)
-    if buffersize is None:
-        units = list(units)
-        # A deadline is a task's: with one, a task is one chunk, as the caller
-        # chose it; so it is in completion order, where a chunk's results come
-        # as it completes.
-        timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
-        per_batch = 1 if timed or not ordered else _batch_size(pool.task_seconds, len(units), chunksize, workers)
-        # Not a generator expression: that would keep `units` in the
-        # closure of results(), for the garbage collector to walk until the end.
-        batches = _slices(units, per_batch)
-    else:
-        batches = _chunks(units, 1)
+    batches, flat, count, submit = planned(pool, fn, iterables, chunksize, buffersize, workers, timeout_ns, ordered)
     bar = None
     if wanted(progress):
-        bar = Progress(progress, total_of(iterables) if buffersize is not None else
-                       len(units) if flat else sum(map(len, units)))
+        bar = Progress(progress, total_of(iterables) if buffersize is not None else count)
 
     def send(batch):
-        return pool.submit(BATCH, fn, batch, shape, len(batch) if flat else sum(map(len, batch)), bar, timeout_ns)
+        return submit(batch, bar)
 
     try:
         futures = collections.deque(
@@ -225,9 +245,9 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                 future = futures.popleft()
                 try:
                     if bar is None:
-                        values, failures = future.result(None if end_time is None else end_time - _monotonic())
+                        outcome = future.result(None if end_time is None else end_time - _monotonic())
                     else:
-                        values, failures = _wait_ticking(future, end_time, bar)
+                        outcome = _wait_ticking(future, end_time, bar)
                 except _base.TimeoutError:
                     future.cancel()
                     raise
@@ -235,10 +255,12 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     if bar is not None:
                         pool.bars.counters.pop(cell_of(future), None)
                 del future
-                values, error = _unpacked(values, failures, flat)
+                values, exc = batch_values(outcome, flat)
+                del outcome
+                values.reverse()
                 yield values
-                if error is not None:
-                    raise error
+                if exc is not None:
+                    raise exc
         finally:
             _cancel(pool, futures, bar)
 
@@ -262,12 +284,12 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                         refill.add_done_callback(settled)
                 if bar is not None:
                     pool.bars.counters.pop(cell_of(future), None)
-                values, failures = future.result()
+                values, exc = batch_values(future.result(), flat)
                 del future
-                values, error = _unpacked(values, failures, flat)
+                values.reverse()
                 yield values
-                if error is not None:
-                    raise error
+                if exc is not None:
+                    raise exc
         finally:
             _cancel(pool, pending, bar)
 

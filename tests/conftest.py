@@ -20,7 +20,8 @@ import mizu
 # programs by name: helpers.IMPORT_PATH says from where.
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import IMPORT_PATH, Client, process_group, shm_entries, without_tblib_reducers  # noqa: E402
+from helpers import (IMPORT_PATH, Client, process_group, require, shm_entries,  # noqa: E402
+                     without_tblib_reducers)
 
 sys.path[:0] = [folder for folder in IMPORT_PATH if folder not in sys.path]
 
@@ -86,6 +87,20 @@ def mizu_pool():
     """A two-worker pool of mizu's alone, for what the stdlib's lacks (a map's progress bar, say)."""
     with mizu.ProcessPoolExecutor(2) as ex:
         yield ex
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run_loop(request):
+    """run_loop(coroutine): its value, run to the end in a new event loop of asyncio's own, then of uvloop's."""
+    if request.param == "asyncio":
+        import asyncio
+
+        return asyncio.run
+    try:
+        import uvloop
+    except ImportError:
+        require(False, "uvloop is not installed (pip install uvloop, in the test extra)")
+    return uvloop.run
 
 
 @pytest.fixture(params=["native", "portable"])

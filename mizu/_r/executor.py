@@ -168,6 +168,9 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         """
         return self._submit(fn, args, kwargs, -1, self._pool.seeds)
 
+    def _task_fn(self, fn):
+        return _check_function(fn)
+
     def _submit(self, fn, args, kwargs, timeout_ns, seeds):
         # A view's (options): the call's deadline and seeds its own.
         fn = _check_function(fn)
