@@ -48,6 +48,24 @@ def test_the_same_seed_gives_the_oracles_streams_whatever_the_pool(start_method,
         assert ex.submit(draws, "next").result(timeout=60) == oracle(12345, [N], ["next"])[0]
 
 
+def test_asyncio_submits_and_maps_take_the_same_streams(run_loop):
+    xs = list(range(N))
+
+    async def main(ex):
+        import asyncio
+
+        submitted = await asyncio.gather(*(ex.asubmit(draws, x) for x in xs))
+        mapped = [value async for value in ex.amap(draws, xs, chunksize=3)]
+        unordered = [value async for value in ex.amap(draws, xs, seed=7, ordered=False)]
+        return submitted, mapped, unordered
+
+    with mizu.ProcessPoolExecutor(2, seed=12345) as ex:
+        submitted, mapped, unordered = run_loop(main(ex))
+    assert submitted == oracle(12345, range(N), xs)
+    assert mapped == oracle(12345, range(N), xs)
+    assert sorted(unordered) == oracle(7, range(N), xs)
+
+
 def test_a_map_or_an_options_view_takes_a_seed_of_its_own():
     xs = list(range(N))
     with mizu.ProcessPoolExecutor(2) as ex:
