@@ -44,6 +44,7 @@ class PoolOptions:
         buffersize: int | None = None,
         chunksize: int = 1,
         timeout: float | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> AsyncIterator[_T]: ...
     def options(self, **controls: Any) -> PoolOptions: ...
     def __getattr__(self, name: str) -> Any: ...
@@ -63,7 +64,12 @@ class ExecutorBase:
     def _task_fn(self, fn: Any) -> Any: ...
     def asubmit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> asyncio.Future[_T]: ...
     def _asubmit(
-        self, fn: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_ns: int
+        self,
+        fn: Callable[..., _T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout_ns: int,
+        seeds: _Seeds | None,
     ) -> asyncio.Future[_T]: ...
     def amap(
         self,
@@ -73,6 +79,7 @@ class ExecutorBase:
         buffersize: int | None = None,
         chunksize: int = 1,
         timeout: float | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> AsyncIterator[_T]: ...
     def _amap(
         self,
@@ -83,6 +90,7 @@ class ExecutorBase:
         chunksize: int,
         timeout: float | None,
         timeout_ns: int,
+        seeds: _Seeds | None,
     ) -> AsyncIterator[_T]: ...
     def insights(self) -> Insights: ...
     def options(self, *, task_timeout: float | None = None, seed: int | Sequence[int] | None = None) -> PoolOptions: ...
