@@ -90,11 +90,11 @@ class Bridge:
             batch.append(receiver)
             if len(batch) > 1:
                 return
-        if threading.get_ident() == self.thread:
-            self.loop.call_soon(self.drain)
-            return
         try:
-            self.loop.call_soon_threadsafe(self.drain)
+            if threading.get_ident() == self.thread:
+                self.loop.call_soon(self.drain)
+            else:
+                self.loop.call_soon_threadsafe(self.drain)
         except RuntimeError:
             pass   # the loop is closed: nothing awaits what it would deliver
 
@@ -130,7 +130,7 @@ def _asyncio_exception(exc):
     cls = type(exc)
     if cls is _base.CancelledError:
         return asyncio.CancelledError(*exc.args)
-    if cls is _base.TimeoutError:
+    if cls is _base.TimeoutError and cls is not asyncio.TimeoutError:   # before Python 3.11
         return asyncio.TimeoutError(*exc.args)
     if cls is _base.InvalidStateError:
         return asyncio.InvalidStateError(*exc.args)

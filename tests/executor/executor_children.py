@@ -20,6 +20,10 @@ def sum_in_a_pool_left_running(n):
     return sum(pool.map(abs, range(n)))
 
 
+def raise_timeout(message):
+    raise TimeoutError(message)
+
+
 def raise_runtime(arg):
     raise RuntimeError(arg)
 

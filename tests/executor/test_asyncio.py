@@ -15,6 +15,7 @@ import itertools
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 
@@ -69,20 +70,40 @@ def test_asubmit_gives_what_run_in_executor_gives(run_loop, mizu_pool, stdlib_po
     assert run_loop(outcomes(mizu_pool, False)) == asyncio.run(outcomes(stdlib_pool, True))
 
 
-def test_an_exception_arrives_with_the_worker_s_traceback_as_result_gives_it(run_loop, mizu_pool, stdlib_pool):
+@pytest.mark.parametrize("fn, arg, error", [(children.fail_at, 7, ValueError),
+                                             (executor_children.raise_timeout, "late", TimeoutError)],
+                         ids=["ValueError", "TimeoutError"])
+def test_an_exception_arrives_with_the_worker_s_traceback_as_result_gives_it(run_loop, mizu_pool, stdlib_pool, fn,
+                                                                            arg, error):
     async def failure(pool, through_loop):
         loop = asyncio.get_running_loop()
-        awaitable = (loop.run_in_executor(pool, children.fail_at, 7) if through_loop else
-                     pool.asubmit(children.fail_at, 7))
-        with pytest.raises(ValueError) as raised:
+        awaitable = loop.run_in_executor(pool, fn, arg) if through_loop else pool.asubmit(fn, arg)
+        with pytest.raises(error) as raised:
             await awaitable
         return raised.value
 
     ours, theirs = run_loop(failure(mizu_pool, False)), asyncio.run(failure(stdlib_pool, True))
     assert (type(ours), ours.args) == (type(theirs), theirs.args)
-    assert "fail_at" in ours.__cause__.tb and type(ours.__cause__) is type(theirs.__cause__)
-    by_result = mizu_pool.submit(children.fail_at, 7).exception(WAIT)
+    assert fn.__name__ in ours.__cause__.tb
+    if error is not TimeoutError:
+        # From 3.11 the stdlib's run_in_executor rebuilds a TimeoutError (concurrent.futures' is the builtin then),
+        # which drops the worker's traceback; asubmit keeps it, as result() does.
+        assert type(ours.__cause__) is type(theirs.__cause__)
+    by_result = mizu_pool.submit(fn, arg).exception(WAIT)
     assert ours.__cause__.tb == by_result.__cause__.tb
+
+
+def test_a_result_settled_after_its_loop_closed_is_dropped_quietly(mizu_pool, caplog):
+    async def leave_it_running():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(mizu_pool.asubmit(time.sleep, 0.3), 0.05)
+
+    asyncio.run(leave_it_running())
+    # The sleep's result is collected here, in the thread whose loop has closed.
+    assert mizu_pool.submit(abs, -1).result(timeout=WAIT) == 1
+    time.sleep(0.4)
+    assert mizu_pool.submit(abs, -2).result(timeout=WAIT) == 2
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
 
 
 def test_many_tasks_are_each_delivered_once(run_loop, mizu_pool):
