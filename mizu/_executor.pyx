@@ -15,7 +15,7 @@ from concurrent.futures import process as _process
 
 from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers
 from mizu._launchers import MultiprocessingLauncher
-from mizu._map import map_results
+from mizu._map import check_ordered, map_results
 from mizu._pickler import by_value as pickling_by_value
 from mizu._progress import wanted
 from mizu._seeds import Seeds
@@ -241,8 +241,8 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
 
     @staticmethod
-    def _seeds_of(seed):
-        return None if seed is None else Seeds(seed)
+    def _seeds_of(seed, inherited=None):
+        return inherited if seed is None else Seeds(seed)
 
     def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None, ordered=True):
         if seeds is not None:
@@ -257,6 +257,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             if timeout_ns >= 0:
                 raise TypeError("task_timeout cannot be set through options() on a pool with a submit of its own "
                                 "(set on it, or a subclass's): set it on the pool")
+            check_ordered(ordered)
             if not ordered:
                 raise TypeError("ordered=False cannot be combined with a submit of the pool's own (set on it, or a "
                                 "subclass's); leave ordered=True, or use concurrent.futures.as_completed over the "
@@ -275,7 +276,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False,
             seed=None):
         return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
-                         self._pool.seeds if seed is None else Seeds(seed), ordered)
+                         self._seeds_of(seed, self._pool.seeds), ordered)
 
     map.__doc__ = _MAP_DOC
 

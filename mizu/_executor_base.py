@@ -9,8 +9,8 @@ pool with `ExecutorBase._start_pool`; `insights`, `shutdown`, `stop` and
 forms of `submit` and `map` (mizu._aio). Each supplies `_submit` and
 `_map`, which the views that `options` returns call with their controls,
 `_task_fn`, which checks a task's function, and `_seeds_of`, which makes
-the seeds of a ``seed=`` (None for None) for its `_submit` and `_map`:
-what gives each task its own random stream.
+the seeds of a ``seed=`` (for None, those inherited) for its `_submit`
+and `_map`: what gives each task its own random stream.
 """
 
 import math
@@ -22,6 +22,7 @@ from mizu._pool import Pool
 __all__ = ["ExecutorBase", "PoolOptions", "check_controls", "check_max_tasks", "checked_workers"]
 
 _WORKER_DEATHS = ("break", "replace")
+_POOLS = object()   # options(task_timeout=...) not given: the pool's
 _aio = None   # mizu._aio, imported by the first asubmit or amap: asyncio takes longer to import than mizu
 
 
@@ -77,7 +78,7 @@ def check_controls(task_timeout, worker_death, max_worker_memory):
 
 
 class PoolOptions:
-    """A view of an Executor whose submit and map give their tasks other controls: what Executor.options returns.
+    """A view of an Executor whose submit, map, asubmit and amap give their tasks other controls (Executor.options).
 
     Everything else is the Executor's own: shutting the view down shuts
     the pool down.
@@ -94,7 +95,7 @@ class PoolOptions:
             seed=None):
         """As the Executor's map, with this view's task_timeout (a task per chunk of `chunksize` calls, which
         `buffersize` counts; with ``ordered=False`` results come as each completes) and seed."""
-        seeds = self._seeds if seed is None else self._executor._seeds_of(seed)
+        seeds = self._executor._seeds_of(seed, self._seeds)
         return self._executor._map(fn, iterables, timeout, chunksize, buffersize, progress, self._timeout_ns, seeds,
                                    ordered)
 
@@ -104,12 +105,13 @@ class PoolOptions:
 
     def amap(self, fn, *iterables, ordered=True, buffersize=None, chunksize=1, timeout=None, seed=None):
         """As the Executor's amap, with this view's task_timeout and seed."""
-        seeds = self._seeds if seed is None else self._executor._seeds_of(seed)
+        seeds = self._executor._seeds_of(seed, self._seeds)
         return self._executor._amap(fn, iterables, ordered, buffersize, chunksize, timeout, self._timeout_ns, seeds)
 
     def options(self, **controls):
-        """A view with these controls in place of this one's (Executor.options); this one's seed if none is given."""
-        controls.setdefault("task_timeout", self._timeout_ns * 1e-9 or None)
+        """A view with these controls in place of this one's (Executor.options); this one's for those not given."""
+        if self._timeout_ns >= 0:
+            controls.setdefault("task_timeout", self._timeout_ns * 1e-9 or None)
         view = self._executor.options(**controls)
         if controls.get("seed") is None:
             view._seeds = self._seeds
@@ -120,7 +122,8 @@ class PoolOptions:
 
     def __repr__(self):
         seed = None if self._seeds is None else self._seeds.seed
-        return f"<options of {self._executor!r}: task_timeout={self._timeout_ns * 1e-9 or None}, seed={seed!r}>"
+        timeout = "the pool's" if self._timeout_ns < 0 else self._timeout_ns * 1e-9 or None
+        return f"<options of {self._executor!r}: task_timeout={timeout}, seed={seed!r}>"
 
 
 class ExecutorBase:
@@ -224,8 +227,9 @@ class ExecutorBase:
         -------
         collections.abc.AsyncIterator
             Its values, which reach the loop in batches, as those of
-            `asubmit` do. Closing it before its end (``break`` out of its
-            ``async for``, ``aclose()``) cancels the tasks not yet started.
+            `asubmit` do. Once iteration has begun, closing it before its
+            end (``break`` out of its ``async for``, ``aclose()``) cancels
+            the tasks not yet started, as for `map`'s iterator.
 
         Raises
         ------
@@ -233,7 +237,9 @@ class ExecutorBase:
             No asyncio event loop runs in this thread, or the pool was shut
             down.
         ValueError, TypeError
-            `chunksize` is below 1, or `buffersize` is not a positive int.
+            `chunksize` is below 1, `buffersize` is not a positive int,
+            `ordered` is not a bool, or `seed` is not one the pool's kind of
+            worker takes.
         TimeoutError
             A value is not ready `timeout` seconds after the call to amap
             (``concurrent.futures.TimeoutError``, as `map` raises).
@@ -251,7 +257,7 @@ class ExecutorBase:
         [0, -1, -2, -3]
         """
         return self._amap(fn, iterables, ordered, buffersize, chunksize, timeout, -1,
-                          self._pool.seeds if seed is None else self._seeds_of(seed))
+                          self._seeds_of(seed, self._pool.seeds))
 
     def _amap(self, fn, iterables, ordered, buffersize, chunksize, timeout, timeout_ns, seeds):
         fn = self._task_fn(fn)
@@ -276,18 +282,18 @@ class ExecutorBase:
         """
         return self._pool.insights()
 
-    def options(self, *, task_timeout=None, seed=None):
-        """options(*, task_timeout=None, seed=None)
+    def options(self, *, task_timeout=_POOLS, seed=None):
+        """options(*, task_timeout=<the pool's>, seed=None)
 
-        A view of this pool whose `submit` and `map` give each task these
-        controls; everything else is the pool's own. Not in the stdlib's
-        Executor.
+        A view of this pool whose `submit`, `map`, `asubmit` and `amap` give
+        each task these controls; everything else is the pool's own. Not in
+        the stdlib's Executor.
 
         Parameters
         ----------
-        task_timeout : float, optional
+        task_timeout : float or None, optional
             Seconds each task may run once a worker has started it (None: no
-            limit), in place of the pool's.
+            limit), in place of the pool's; not given, the pool's.
         seed : int or sequence of int, optional
             The seed of the random streams of the view's tasks, in place of
             the pool's (None: the pool's, if it has one). Its submits take
@@ -309,12 +315,12 @@ class ExecutorBase:
             `seed` is not one the pool's kind of worker takes; the message
             says what to pass.
         """
-        timeout_ns = _timeout_ns(task_timeout)
-        if timeout_ns and not self._pool.launcher.safe_with_threads:
+        timeout_ns = -1 if task_timeout is _POOLS else _timeout_ns(task_timeout)
+        if timeout_ns > 0 and not self._pool.launcher.safe_with_threads:
             raise ValueError(f"task_timeout is incompatible with the 'fork' multiprocessing start method: a task "
                              f"past it has its worker replaced while the pool runs threads, which fork cannot do "
                              f"safely; make the pool with another mp_context")
-        return PoolOptions(self, timeout_ns, self._pool.seeds if seed is None else self._seeds_of(seed))
+        return PoolOptions(self, timeout_ns, self._seeds_of(seed, self._pool.seeds))
 
     def stop(self, future):
         """stop(future)

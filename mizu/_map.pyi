@@ -6,7 +6,7 @@ from typing_extensions import disjoint_base
 
 from mizu._pool import Pool
 
-__all__ = ["MapResults", "map_results"]
+__all__ = ["MapResults", "batch_values", "check_ordered", "map_results", "planned"]
 
 @disjoint_base
 class MapResults(Iterator[Any]):
@@ -28,6 +28,7 @@ def map_results(
     ordered: bool = True,
 ) -> MapResults: ...
 
+def check_ordered(ordered: object) -> None: ...
 def planned(
     pool: Pool,
     fn: Callable[..., object],

@@ -24,7 +24,7 @@ from time import monotonic as _monotonic
 from mizu._progress import TICK_SECONDS, Progress, total_of, wanted
 
 
-__all__ = ["MapResults", "map_results"]
+__all__ = ["MapResults", "batch_values", "check_ordered", "map_results", "planned"]
 
 _BATCH_SECONDS = 500e-6
 _MAX_BATCH = 1024
@@ -150,6 +150,13 @@ cdef object _next_settled(Pool pool, _Settled settled, end_time, bar):
                 pass
 
 
+def check_ordered(ordered):
+    """Raise, saying what to pass, unless ordered is a bool."""
+    if ordered is not True and ordered is not False:
+        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
+                        f"complete), not {ordered!r}")
+
+
 def planned(Pool pool, fn, iterables, chunksize, buffersize, workers, timeout_ns=-1, ordered=True):
     """The batches of a map's calls, whether a unit is a single call, their count, and the function that submits one.
 
@@ -169,9 +176,7 @@ def planned(Pool pool, fn, iterables, chunksize, buffersize, workers, timeout_ns
             raise TypeError("buffersize must be an integer or None")
         if buffersize < 1:
             raise ValueError("buffersize must be None or > 0")
-    if ordered is not True and ordered is not False:
-        raise TypeError(f"ordered must be True (results in the order of the calls) or False (results as they "
-                        f"complete), not {ordered!r}")
+    check_ordered(ordered)
     flat = chunksize == 1
     single = len(iterables) == 1
     calls = iter(iterables[0]) if single else zip(*iterables)

@@ -11,6 +11,7 @@ before the call, so that a task without a seed draws from the worker's own
 stream as if no seeded task had run. An unseeded pool runs none of this.
 """
 
+import functools
 import itertools
 import numbers
 import random
@@ -57,7 +58,14 @@ class Seeds:
         self._lock = threading.Lock()
 
     def task(self, fn, args):
-        """fn and args of the next submitted task: fn in a SeededCall at the next position."""
+        """fn and args of the next submitted task: fn in a SeededCall at the next position.
+
+        A chunk of a seeded map that the stdlib's map submits (on a pool
+        with a submit of its own) is left as it is: its calls have their
+        streams already, and it takes no position from the submits.
+        """
+        if isinstance(fn, functools.partial) and fn.args and isinstance(fn.args[0], SeededMap):
+            return fn, args
         with self._lock:
             position = next(self._positions)
         return SeededCall(fn, self.seed, position), args

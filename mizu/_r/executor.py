@@ -179,8 +179,8 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         return self._pool.submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
 
     @staticmethod
-    def _seeds_of(seed):
-        return None if seed is None else Streams(seed)
+    def _seeds_of(seed, inherited=None):
+        return inherited if seed is None else Streams(seed)
 
     def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None, ordered=True, progress=False,
             seed=None):
@@ -216,7 +216,7 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
             `seed` is not an int that R's ``set.seed`` takes.
         """
         return self._map(fn, iterables, timeout, chunksize, buffersize, progress, -1,
-                         self._pool.seeds if seed is None else Streams(seed), ordered)
+                         self._seeds_of(seed, self._pool.seeds), ordered)
 
     def _map(self, fn, iterables, timeout, chunksize, buffersize, progress, timeout_ns=-1, seeds=None, ordered=True):
         fn = _check_function(fn)

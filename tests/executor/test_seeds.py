@@ -9,6 +9,7 @@ exactly that whatever its workers, start method, chunksize and scheduling.
 
 import multiprocessing
 import random
+import time
 
 import numpy as np
 import pytest
@@ -153,3 +154,19 @@ def test_a_pool_with_a_submit_of_its_own_maps_the_same_streams():
         assert list(ex.map(draws, xs, chunksize=16)) == oracle(6, range(N), xs)
         assert ex.submitted == 3
         assert list(ex.map(draws, xs, seed=8)) == oracle(8, range(N), xs)
+        # The map's chunks took no submit positions: the first submit is still at 0.
+        assert ex.submit(draws, "first").result(timeout=60) == oracle(6, [0], ["first"])[0]
+        # An options view with a seed alone keeps the pool's other controls, and maps through that submit too.
+        assert list(ex.options(seed=9).map(draws, xs, chunksize=7)) == oracle(9, range(N), xs)
+
+
+def test_an_options_view_with_a_seed_keeps_the_pool_s_task_timeout():
+    context = multiprocessing.get_context("forkserver")
+    with mizu.ProcessPoolExecutor(1, mp_context=context, task_timeout=0.5, seed=3) as ex:
+        view = ex.options(seed=5)
+        assert "task_timeout=the pool's" in repr(view)
+        with pytest.raises(TimeoutError):
+            view.submit(time.sleep, 30).result(timeout=60)
+        assert view.submit(draws, 1).result(timeout=60) == oracle(5, [1], [1])[0]
+        # Asked for, no limit is still what None says.
+        assert "task_timeout=None" in repr(view.options(task_timeout=None))
