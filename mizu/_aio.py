@@ -303,7 +303,6 @@ async def _values(completions, futures, more, end_time, flat):
                             futures[fresh] = None
                 values, exc = batch_values(future.result(), flat)
                 del future
-                values.reverse()
                 while values:
                     yield values.pop()
                 if exc is not None:

@@ -204,12 +204,14 @@ def planned(Pool pool, fn, iterables, chunksize, buffersize, workers, timeout_ns
 
 
 def batch_values(outcome, bint flat):
-    """The values of a batch's task, in order, from its future's result, and the exception that ends them (or None)."""
+    """The values of a batch's task from its future's result, in reverse order for popping, and the exception that
+    ends them (or None)."""
     values, failures = outcome
     if failures:
         del values[failures[0][0]:]
     if not flat:
         values = list(itertools.chain.from_iterable(values))
+    values.reverse()
     return values, failures[0][1] if failures else None
 
 
@@ -262,7 +264,6 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                 del future
                 values, exc = batch_values(outcome, flat)
                 del outcome
-                values.reverse()
                 yield values
                 if exc is not None:
                     raise exc
@@ -291,7 +292,6 @@ def map_results(Pool pool, fn, iterables, timeout, chunksize, buffersize, worker
                     pool.bars.counters.pop(cell_of(future), None)
                 values, exc = batch_values(future.result(), flat)
                 del future
-                values.reverse()
                 yield values
                 if exc is not None:
                     raise exc
