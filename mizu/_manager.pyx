@@ -271,9 +271,13 @@ cdef class Manager(Dispatcher):
             # Before the signals: a successor started after them would run on.
             self.forced = True
         self.shutdown(False, True)
-        for worker in self.workers:
-            if worker.process is not None:
-                signal_process(worker.process, operation)
+        with self.state_lock:
+            # All under the lock a broken pool's terminate_broken takes: the
+            # first worker's death must not have the rest terminated before
+            # they get operation's signal.
+            for worker in self.workers:
+                if worker.process is not None:
+                    signal_process(worker.process, operation)
 
 
 
