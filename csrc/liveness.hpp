@@ -29,6 +29,9 @@ public:
     static bool any_exited(const PeerWatch* const* peers, std::size_t n);
 
     pid_t pid() const noexcept { return pid_; }
+    // The descriptor that poll() finds readable once the process has exited,
+    // or -1 where there is none (the kill(pid, 0) fallback).
+    int fd() const noexcept { return fd_; }
 
     // Starts a thread that kills this process (SIGKILL) once `pid` has
     // exited, whatever the other threads are doing: it needs no lock and no

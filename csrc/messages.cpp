@@ -57,7 +57,7 @@ void read_inner(const char* data, std::size_t size, std::size_t at, Message& m) 
         if (h.reserved32) fail(at, "a result header with reserved bits set");
         if (h.status > kLastStatus) fail(at + 1, "a result of unknown status ", h.status);
         bool notice = is_notice(h.status);
-        if (notice != (h.task_id == 0)) fail(at + 8, notice ? "a worker's notice naming a task" : "a result with task id 0");
+        if (notice != (h.task_id == 0)) fail(at + 8, notice ? "a notice naming a task" : "a result with task id 0");
         m.sender = h.sender;
         body += sizeof(ResultHeader);
     } else {

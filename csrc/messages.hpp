@@ -55,12 +55,14 @@ enum class Status : uint8_t {
     retiring = 2,  // task_id 0, body None: max_tasks_per_child reached, the worker exits
     exiting = 3,   // task_id 0, body (stage, traceback): the worker exits on a failure
     ready = 4,     // task_id 0, body None: the worker has started (its initializer ran) and takes tasks
+    gone = 5,      // task_id 0, body None: the client's own word that the worker's process has exited (ExitBell)
 };
-constexpr uint8_t kLastStatus = uint8_t(Status::ready);
+constexpr uint8_t kLastStatus = uint8_t(Status::gone);
 
-// Whether a result of this status is a worker's notice, which names no task.
+// Whether a result of this status is a notice, which names no task.
 constexpr bool is_notice(uint8_t status) noexcept {
-    return status == uint8_t(Status::retiring) || status == uint8_t(Status::exiting) || status == uint8_t(Status::ready);
+    return status == uint8_t(Status::retiring) || status == uint8_t(Status::exiting) ||
+           status == uint8_t(Status::ready) || status == uint8_t(Status::gone);
 }
 
 // The stage of an exiting worker's failure, the first item of its body.

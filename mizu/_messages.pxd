@@ -25,6 +25,7 @@ from mizu.includes.messages cimport kCallable as CALLABLE
 from mizu.includes.messages cimport kDecoding as DECODING
 from mizu.includes.messages cimport kExiting as EXITING
 from mizu.includes.messages cimport kFlat as FLAT
+from mizu.includes.messages cimport kGone as GONE
 from mizu.includes.messages cimport kInitializer as INITIALIZER
 from mizu.includes.messages cimport kKeywords as KEYWORDS
 from mizu.includes.messages cimport kOk as OK

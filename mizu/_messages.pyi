@@ -4,7 +4,7 @@ from typing import Any, final
 from typing_extensions import Self, disjoint_base
 
 __all__ = [
-    "BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
+    "BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "GONE", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
     "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
     "encode_task",
 ]
@@ -15,6 +15,7 @@ CALLABLE: int
 DECODING: int
 EXITING: int
 FLAT: int
+GONE: int
 INITIALIZER: int
 KEYWORDS: int
 OK: int

@@ -42,12 +42,12 @@ from mizu._array_data import born_block, is_born
 from mizu._pickler import dumps as _pickle, loads as _unpickle
 from mizu._wire import encode_for_peer
 
-__all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
+__all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "GONE", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
            "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message",
            "encode_result", "encode_task"]
 
 # The .pxd's constants, for the modules of mizu that are Python.
-globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, EXITING=EXITING, FLAT=FLAT,
+globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, EXITING=EXITING, FLAT=FLAT, GONE=GONE,
                  INITIALIZER=INITIALIZER, KEYWORDS=KEYWORDS, OK=OK, RAISED=RAISED, READY=READY, RETIRING=RETIRING,
                  SINGLE=SINGLE, STARTING=STARTING)
 

@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "arena.hpp"
+#include "any_ring.hpp"
 #include "array_data.hpp"
+#include "exit_bell.hpp"
 #include "harness.hpp"
 #include "liveness.hpp"
 #include "messages.hpp"
@@ -1310,6 +1312,67 @@ void peers_exit() {
     CHECK(waitpid(running, &status, 0) == running);
 }
 
+// The bell pushes one `gone` notice for each watched process that exits,
+// naming its worker, and none for a process it no longer watches; a
+// waiting consumer wakes for it.
+void exit_bells() {
+    Fixture f(8, 64, RingKind::mpmc, WaitBackend::native);
+    auto results = AnyRing::attach(RingKind::mpmc, f.seg->base() + f.off, f.bytes);
+    MpmcRing consumer = f.ring<MpmcRing>();
+    // Each exits once sent a byte: the other children hold copies of the pipes' write ends.
+    auto child = [](int code) {
+        int go[2];
+        CHECK(pipe(go) == 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 1) _exit(1);
+            _exit(code);
+        }
+        close(go[0]);
+        return std::make_pair(pid, go[1]);
+    };
+    auto [first, first_go] = child(3);
+    auto [replaced, replaced_go] = child(4);
+    auto [second, second_go] = child(5);
+    auto release = [](int go) {
+        CHECK(write(go, "x", 1) == 1);
+        close(go);
+    };
+    char out[512];
+    {
+        ExitBell bell(*results);
+        bell.watch(7, replaced);
+        bell.watch(7, first);   // in place of `replaced`
+        bell.watch(9, second);
+        release(replaced_go);
+        int status = 0;
+        CHECK(waitpid(replaced, &status, 0) == replaced);
+        release(first_go);
+        Waiter w;
+        WaitOptions opt;
+        opt.deadline_ns = now_ns() + 10'000'000'000LL;
+        Reservation res;
+        CHECK(consumer.wait_pop(res, w, opt) == WaitStatus::ready);
+        messages::Message m = messages::read_message(static_cast<const char*>(res.data()), res.size());
+        consumer.end_pop(res);
+        CHECK(m.kind == messages::kResult && m.result.status == uint8_t(messages::Status::gone) &&
+              m.result.sender == 7 && m.result.task_id == 0);
+        CHECK(consumer.try_pop(out, sizeof out) == -1);
+        release(second_go);
+        CHECK(consumer.wait_pop(res, w, opt) == WaitStatus::ready);
+        m = messages::read_message(static_cast<const char*>(res.data()), res.size());
+        consumer.end_pop(res);
+        CHECK(m.result.sender == 9);
+    }
+    for (pid_t pid : {first, second}) {
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+    }
+    CHECK(consumer.try_pop(out, sizeof out) == -1);
+}
+
 // A process whose watch thread sees its peer exit ends at once, whatever its
 // main thread is doing (here: waiting for a signal that never comes).
 void die_with_peer() {
@@ -1348,6 +1411,7 @@ int main() {
     segments();
     peers_exit();
     die_with_peer();
+    exit_bells();
     ring_headers();
     dead_peers();
     answered_tickets();

@@ -40,6 +40,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
     const uint8_t kRetiring "uint8_t(mizu::messages::Status::retiring)"
     const uint8_t kExiting "uint8_t(mizu::messages::Status::exiting)"
     const uint8_t kReady "uint8_t(mizu::messages::Status::ready)"
+    const uint8_t kGone "uint8_t(mizu::messages::Status::gone)"
     const uint8_t kInitializer "uint8_t(mizu::messages::Stage::initializer)"
     const uint8_t kDecoding "uint8_t(mizu::messages::Stage::decoding)"
     const uint8_t kStarting "uint8_t(mizu::messages::Stage::starting)"

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from mizu import _arena, _wire
-from mizu._messages import (BATCH, CALLABLE, EXITING, FLAT, KEYWORDS, OK, RAISED, RETIRING, SINGLE, PeerCodec,
-                            Reassembler, chunks_of, decode_message, encode_result, encode_task)
+from mizu._messages import (BATCH, CALLABLE, EXITING, FLAT, GONE, KEYWORDS, OK, RAISED, READY, RETIRING, SINGLE,
+                            PeerCodec, Reassembler, chunks_of, decode_message, encode_result, encode_task)
 
 TASK = struct.Struct("<BBHIQQ")              # 'T', flags, reserved, reserved, task id, fn id
 RESULT = struct.Struct("<BBHIQd")            # 'R', status, sender, reserved, task id, seconds
@@ -73,11 +73,11 @@ def test_messages_built_from_the_spec_read_as_it_says(value, pickled, sender, ta
     assert (kind, fields["sender"], fields["seconds"], got) == ("result", sender, 0.5, value)
 
 
-@pytest.mark.parametrize("status", [RETIRING, EXITING])
-def test_a_worker_s_notice_names_no_task(status):
+@pytest.mark.parametrize("status", [RETIRING, EXITING, READY, GONE])
+def test_a_notice_names_no_task(status):
     kind, fields, got = decode_message(encode_result(2, 0, status, 0.0, (0, "why")))
     assert (fields["status"], fields["task_id"], got) == (status, 0, (0, "why"))
-    with pytest.raises(ValueError, match="a worker's notice naming a task"):
+    with pytest.raises(ValueError, match="a notice naming a task"):
         decode_message(RESULT.pack(0x52, status, 2, 0, 5, 0.0) + _wire.encode(None))
 
 
@@ -97,7 +97,7 @@ W_NONE = _wire.encode(None)
     (TASK.pack(0x54, 0, 0, 0, 1, 0) + W_NONE, "a task that names no callable"),
     (TASK.pack(0x54, 0, 0, 0, 1, 1), "a message without a body"),
     (TASK.pack(0x54, 0, 0, 0, 1, 1) + b"junk", "a body that is neither a wire message nor a pickle"),
-    (RESULT.pack(0x52, 9, 0, 0, 1, 0.0) + W_NONE, "a result of unknown status 9"),
+    (RESULT.pack(0x52, GONE + 1, 0, 0, 1, 0.0) + W_NONE, f"a result of unknown status {GONE + 1}"),
     (RESULT.pack(0x52, OK, 0, 0, 0, 0.0) + W_NONE, "a result with task id 0"),
     (RESULT.pack(0x52, OK, 0, 1, 1, 0.0) + W_NONE, "a result header with reserved bits set"),
     (OUT_OF_BAND.pack(0x4F, 0, 0, 1, 0) + RESULT.pack(0x52, OK, 0, 0, 1, 0.0) + W_NONE,
