@@ -37,4 +37,5 @@ cdef class Collector(Watchdog):
     cdef handle(self, bytes slot)
     cdef settle(self, bytes slot)
     cdef void learn(self, double seconds) noexcept
-    cdef replace(self, Worker worker)
+    cdef replace(self, Worker worker, bint exited=*)
+    cdef succeed(self, Worker worker)

@@ -13,9 +13,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int64_t, uint64_t
 
-from mizu._failures cimport Watchdog
+from mizu._failures cimport Watchdog, reap
 from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
-from mizu._messages cimport READY, RETIRING, Reassembler, body_of, is_chunk
+from mizu._messages cimport GONE, READY, RETIRING, Reassembler, body_of, is_chunk
 from mizu._roster cimport MAX_DEPTH, Worker
 from mizu._observers cimport SETTLED, UP
 from mizu._rings cimport _Ring
@@ -290,6 +290,9 @@ cdef class Collector(Watchdog):
             # has added it to `workers`.
             if m.kind != kResult or m.sender >= len(self.roster):
                 raise ValueError(f"a message from worker {m.sender} of {len(self.roster)} that is not a result")
+            if m.result.status == GONE:
+                self.arm(0)   # the exit bell's (mizu._failures.ExitBell): the workers are looked at next
+                return
             worker = self.roster[m.sender]
             value = body_of(m, message, worker.channel)
             status, task_id = m.result.status, m.result.task_id
@@ -366,20 +369,25 @@ cdef class Collector(Watchdog):
                 return True
         return False
 
-    cdef replace(self, Worker worker):
-        worker.process.join()
+    cdef replace(self, Worker worker, bint exited=False):
+        proc = worker.process
+        if not exited:
+            proc.join()
+        try:
+            self.succeed(worker)
+        finally:
+            if exited:
+                # Once the successor has started: the forkserver's word of
+                # the exit code comes a moment after the process has gone.
+                reap(proc)
+
+    cdef succeed(self, Worker worker):
+        """Start a successor for worker, whose process has exited; or break the pool if it was the last one."""
         self.reassembler.forget(worker.index)
         # What it did not claim (a worker that retired for its memory, or
         # died, leaves tasks queued) is sent again, to its successor or
         # another worker; the ring starts afresh.
-        self.send_lock.take(kForever)
-        try:
-            self.requeue(worker, 0)
-            worker.outbox.clear()
-            self.feeding.discard(worker)
-            worker.ring.reset_consumer()
-        finally:
-            self.send_lock.give()
+        self.take_back(worker)
         failed = None
         with self.state_lock:
             wanted = self.broken is None and not (self.shutting_down and self.outstanding() is None)

@@ -217,12 +217,13 @@ cdef class Controller(Collector):
                 pass
 
     cdef recover(self, Worker worker):
-        """Replace worker, whose process exited without retiring and has been reaped; fail the task it ran.
+        """Replace worker, whose process exited without retiring; fail the task it ran.
 
         Its results are all collected, what it left half pushed in the
         result ring voided (check_workers), and the task it had claimed,
-        unless the pool ended it (end_running), fails with WorkerDied. What
-        it had not claimed runs elsewhere or on its successor (replace).
+        unless the pool ended it (end_running), fails with WorkerDied once
+        the successor has started and the process is reaped. What it had
+        not claimed runs elsewhere or on its successor (replace).
         """
         cdef Cell cell
         cdef int64_t at = 0
@@ -237,6 +238,7 @@ cdef class Controller(Collector):
                     running = worker.in_flight.pop_oldest()
         finally:
             self.send_lock.give()
+        self.replace(worker, True)
         if running is not None:
             cell = cell_of(running)
             task = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
@@ -245,6 +247,5 @@ cdef class Controller(Collector):
                                code if code is not None and code >= 0 else None,
                                -code if code is not None and code < 0 else None, task)
             self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
-        self.replace(worker)
         self.dispatch()   # what it had queued, to the other workers
 

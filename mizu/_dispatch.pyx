@@ -266,18 +266,28 @@ cdef class Dispatcher(Controller):
         # tasks queued behind busy workers would leave none pending for a
         # put-off start. Nor does a task join those of a worker whose
         # oldest has run so long that tasks were taken back from behind it
-        # (rebalance), until it ends.
-        cdef Worker worker, best = None
+        # (rebalance), until it ends. A successor, though, replacing a
+        # worker that retired or died, takes one task before it is up when
+        # no worker that is up has room: it runs it as soon as it starts,
+        # as the stdlib's worker finds its first task in the call queue.
+        cdef Worker worker, best = None, successor = None
         if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
-            if not worker.up or worker.outbox or worker.held or worker.ending or worker.in_flight.size() >= depth:
+            if worker.outbox or worker.held or worker.ending:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
+            if not worker.up:
+                if (successor is None and not worker.starting and worker.watch is not None
+                        and not worker.in_flight.size()):
+                    successor = worker
+                continue
+            if worker.in_flight.size() >= depth:
+                continue
             if best is None or worker.in_flight.size() < best.in_flight.size():
                 best = worker
-        return best
+        return successor if best is None else best
 
     cdef bint rebalance(self) except -1:
         """Take back the tasks queued behind a running one while a worker idles; whether it did. Under send_lock.

@@ -2,7 +2,9 @@
 """A worker's death, and what breaks the pool: BrokenProcessPool on every pending future, then on submit.
 
 Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
-died without retiring breaks the pool as the stdlib's does. The messages add
+died without retiring breaks the pool as the stdlib's does. A pool that
+replaces dead workers looks every millisecond, and its ExitBell's thread
+tells whoever waits for results of a death as soon as it happens. The messages add
 to the stdlib's text the dead process, its exit code or signal, the task it
 was running and, when its initializer or the unpickling of a task raised,
 that error (the worker sends its traceback before it exits; the texts are
@@ -13,6 +15,7 @@ Asked for (worker_death="replace"), or when the pool ended it, a worker
 that dies is replaced instead (mizu._control).
 """
 
+from cython.operator cimport dereference as deref
 from libcpp.vector cimport vector
 
 from mizu._future cimport Cell, cell_of, drop_task
@@ -29,7 +32,33 @@ from time import monotonic as _monotonic
 
 from mizu._errors import BROKEN, BROKEN_FUTURE, NOT_STARTED, NOT_STARTED_FUTURE, obituary, task_repr
 
-__all__ = ["Watchdog"]
+__all__ = ["ExitBell", "Watchdog"]
+
+
+cdef class ExitBell:
+    """ExitBell(results)
+
+    A thread that pushes a GONE notice for a worker into the result ring
+    `results` as soon as the worker's process exits (csrc/exit_bell.hpp),
+    waking whoever waits for results. It holds `results`, so the pool's
+    segment stays mapped while the thread may push.
+    """
+
+    def __init__(self, _Ring results not None):
+        self.results = results
+        self.bell.reset(new CExitBell(deref(results.ring)))
+
+    def watch(self, index, pid):
+        """Ring for pid, the process of worker `index`, from now on, in place of the one before it."""
+        self.bell.get().watch(index, pid)
+
+    cdef void abandon(self) noexcept:
+        """In a child forked from the pool's process: never touch the thread, which is the parent's."""
+        self.bell.release()
+
+    def __dealloc__(self):
+        with nogil:
+            self.bell.reset()
 
 
 cdef class Watchdog(Roster):
@@ -39,8 +68,8 @@ cdef class Watchdog(Roster):
         """Collect the results in the ring, then dispatch what waits (mizu._collect.Collector's)."""
         raise NotImplementedError
 
-    cdef replace(self, Worker worker):
-        """Start a successor for worker, whose process has exited (mizu._collect.Collector's)."""
+    cdef replace(self, Worker worker, bint exited=False):
+        """Start a successor for worker, which retired, or whose process has exited (mizu._collect.Collector's)."""
         raise NotImplementedError
 
     cdef check_workers(self):
@@ -65,10 +94,10 @@ cdef class Watchdog(Roster):
                 continue
             if self.broken is not None:
                 continue
-            _reap(worker.process)
             if worker.ending or (self.replace_dead and worker.up and worker.failure is None):
                 self.recover(worker)
                 continue
+            reap(worker.process)
             if not worker.up and worker.failure is not None and worker.failure[0] == STARTING:
                 if self.leave_out(worker):
                     continue
@@ -88,6 +117,23 @@ cdef class Watchdog(Roster):
     cdef recover(self, Worker worker):
         """Replace worker, which died once up (mizu._control.Controller's)."""
         raise NotImplementedError
+
+    cdef watch_exit(self, Worker worker):
+        """Have the bell ring when worker's new process exits, in a pool that replaces dead workers.
+
+        A caller waiting for a result then starts the successor at once,
+        not a slice of its wait later. Without a thread or descriptor to
+        spare, the pool goes without: whoever collects still looks at the
+        workers once a slice.
+        """
+        if not self.replace_dead or self.results is None:
+            return
+        try:
+            if self.bell is None:
+                self.bell = ExitBell(self.results)
+            self.bell.watch(worker.index, worker.process.pid)
+        except OSError:
+            pass
 
     cdef str obituary_of(self, Worker worker):
         # It runs its tasks in the order they were sent: the oldest not answered is its current one.
@@ -126,7 +172,7 @@ cdef class Watchdog(Roster):
             results.close()
 
 
-def _reap(proc):
+cdef reap(object proc):
     """Join proc, which has exited, and wait until its exit code is recorded.
 
     multiprocessing reaps its children from whichever thread polls first

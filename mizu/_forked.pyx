@@ -1,6 +1,7 @@
 # cython: auto_pickle=False
 """Letting go after a fork: a child forked from a process with pools cannot use them, and must not touch them."""
 
+from mizu._failures cimport ExitBell
 from mizu._future cimport Cell, cell_of, drop_task, set_exception
 from mizu._manager cimport Manager
 from mizu._observers cimport ABANDONED
@@ -44,6 +45,9 @@ cdef _abandon(Manager pool):
         _inherited.append((pool.workers, pool.roster, pool.results, pool.segment, pool.send_lock,
                            pool.recv_lock, pool.state_lock, pool.kicked))
     pool.workers, pool.roster, pool.results, pool.segment = [], [], None, None
+    if pool.bell is not None:
+        (<ExitBell>pool.bell).abandon()
+        pool.bell = None
     pool.send_lock, pool.recv_lock, pool.state_lock = Lock(), Lock(), threading.RLock()
     pool.kicked = threading.Event()
     pool.recv_owner = 0

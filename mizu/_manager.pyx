@@ -145,6 +145,7 @@ cdef class Manager(Dispatcher):
                     worker.channel.close()
                 worker.release()
             self.workers, self.roster = [], []
+            self.bell = None   # its thread stops before the segment can unmap
             self.results = self.segment = None
         finally:
             self.send_lock.give()

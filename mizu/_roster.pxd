@@ -78,8 +78,10 @@ cdef class Roster:
     cdef str start_deferred(self)
     cdef Py_ssize_t starting_now(self)
     cdef launch(self, Worker worker)
+    cdef watch_exit(self, Worker worker)
     cdef outstanding(self)
     cdef Py_ssize_t requeue(self, Worker worker, Py_ssize_t keep) except -1
+    cdef take_back(self, Worker worker)
     cdef void arm(self, int64_t at_ns) noexcept
     cdef list take_futures(self)
     cdef close_workers(self, kill=*)

@@ -245,9 +245,14 @@ cdef class Roster:
         if worker.channel is not None:
             worker.channel.close()
         worker.process, worker.watch, worker.channel = proc, watch, channel
+        self.watch_exit(worker)
         # From now: the client's own time starting it (a fork and exec
         # under spawn) is not the worker's.
         worker.counted_until = _monotonic() + _STARTING
+
+    cdef watch_exit(self, Worker worker):
+        """Have the pool hear of the exit of worker's new process (mizu._failures.Watchdog's)."""
+        raise NotImplementedError
 
     cdef outstanding(self):
         """A future that is not done yet, or None. Safe while other threads submit and collect."""
@@ -323,9 +328,21 @@ cdef class Roster:
                 proc.join()
                 channel.close()
 
+    cdef take_back(self, Worker worker):
+        """Put every task sent to worker, whose process has exited, back in `pending`; its ring starts afresh."""
+        self.send_lock.take(kForever)
+        try:
+            self.requeue(worker, 0)
+            worker.outbox.clear()
+            self.feeding.discard(worker)
+            worker.ring.reset_consumer()
+        finally:
+            self.send_lock.give()
+
     cdef bint leave_out(self, Worker worker) except -1:
         """Go on without worker, which could not start for want of processes; False if no other worker runs."""
         worker.watch = None
+        self.take_back(worker)   # a successor's first task (Dispatcher.pick)
         if worker.starting:
             worker.starting = False
             self.coming -= 1

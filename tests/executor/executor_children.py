@@ -308,6 +308,10 @@ def _executor(kind, method=None):
 
     import mizu
 
+    if kind == "mizu-replacing":
+        # A pool that replaces dead workers (and so has an exit bell's thread), on forkserver unless told.
+        return mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(method or "forkserver"),
+                                        worker_death="replace")
     cls = mizu.ProcessPoolExecutor if kind == "mizu" else concurrent.futures.ProcessPoolExecutor
     return cls(2, mp_context=multiprocessing.get_context(method))
 
@@ -417,7 +421,7 @@ def _forked_child(kind, ex, blocked, writer):
     import json
 
     seen = {}
-    if kind == "mizu":
+    if kind != "stdlib":
         seen["submit"] = _outcome(lambda: ex.submit(double, 1).result(timeout=30))
         seen["result"] = _outcome(lambda: blocked[0].result(timeout=30))
         seen["map"] = _outcome(lambda: list(ex.map(double, range(3), timeout=30)))
@@ -428,7 +432,7 @@ def _forked_child(kind, ex, blocked, writer):
     # ChildProcessError there), whichever pool asks.
     import multiprocessing
 
-    method = "spawn" if multiprocessing.get_start_method() == "forkserver" else None
+    method = "spawn" if kind == "mizu-replacing" or multiprocessing.get_start_method() == "forkserver" else None
     with _executor(kind, method) as own:
         seen["own pool"] = list(own.map(double, range(10)))
     os.write(writer, json.dumps(seen).encode())

@@ -195,7 +195,18 @@ def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type
     instead of waiting, and shutdown returns. (The stdlib's child is not made
     to use the parent's pool: its futures never complete there.)
     """
-    kind = "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib"
+    _forks_and_leaves_the_pool_alone(client, tmp_path, "mizu" if executor_type is mizu.ProcessPoolExecutor else "stdlib",
+                                     how)
+
+
+@linux_only
+@pytest.mark.parametrize("how", ["os.fork", "multiprocessing"])
+def test_a_forked_child_leaves_a_pool_that_replaces_dead_workers_alone(client, tmp_path, how):
+    """The same with a pool that replaces dead workers, whose thread watching them is the parent's only."""
+    _forks_and_leaves_the_pool_alone(client, tmp_path, "mizu-replacing", how)
+
+
+def _forks_and_leaves_the_pool_alone(client, tmp_path, kind, how):
     c = client(executor_children.client_forks, kind, how, str(tmp_path / "gate"))
     seen = json.loads(c.line(60))
     assert c.wait(60) == (0, "")
@@ -204,7 +215,7 @@ def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type
     assert seen["quick"] and seen["blocked"], "the parent lost results"
     child = seen["child"]
     assert child.pop("own pool") == [2 * i for i in range(10)]
-    if kind == "mizu":
+    if kind != "stdlib":
         refusal = f"This pool belongs to process {c.pid}; a process forked from it cannot use it"
         for what in ("submit", "result", "map"):
             assert child[what][0] == "BrokenProcessPool" and child[what][1].startswith(refusal), child
