@@ -28,7 +28,7 @@ from libc.string cimport memcpy, memset
 from libcpp.vector cimport vector
 
 from mizu._future cimport Cell
-from mizu._wire cimport decode_at, encode_plain_into
+from mizu._wire cimport decode_at, encode_peer_into, encode_plain_into
 from mizu.includes.arena cimport BlockRef
 from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader, Status, TaskHeader, chunk_count,
                                      kTask, kWireBody, out_of_band_header, read_message, receive_descriptors,
@@ -40,7 +40,6 @@ import types
 from mizu._arena import arena_block, default_arena, open_block
 from mizu._array_data import born_block, is_born
 from mizu._pickler import dumps as _pickle, loads as _unpickle
-from mizu._wire import encode_for_peer
 
 __all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "GONE", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
            "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message",
@@ -310,13 +309,15 @@ cdef class PeerCodec(Codec):
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
                       list box=None):
         """Raises TypeError for a part with no wire form, OSError if the arrays' descriptors cannot be sent."""
-        data, placed = encode_for_peer(value, self.language)
-        if placed:
-            message = _out_of_band(header, n, data, placed, sender, channel)
-            if message is None:
-                raise OSError(f"the descriptors of a task's arrays could not be sent to its {self.language} worker")
-            return message
-        return PyBytes_FromStringAndSize(<const char*>header, n) + data
+        placed = encode_peer_into(w, header, n, value, self.language)
+        if not placed:
+            return None
+        data = PyBytes_FromStringAndSize(w.data() + n, w.size() - n)
+        w.clear()
+        message = _out_of_band(header, n, data, placed, sender, channel)
+        if message is None:
+            raise OSError(f"the descriptors of a task's arrays could not be sent to its {self.language} worker")
+        return message
 
 
 # The encoders and the decoder as Python functions: for tests, and for a

@@ -315,12 +315,20 @@ def encode_for_peer(obj, str language):
         The value nests deeper than the wire allows, or holds itself.
     """
     cdef Writer w
-    cdef Peer peer = Peer(language)
+    placements = encode_peer_into(w, NULL, 0, obj, language)
+    return PyBytes_FromStringAndSize(w.data(), w.size()), placements
+
+
+cdef list encode_peer_into(Writer& w, const void* header, Py_ssize_t n, object obj, str language):
+    """Write the n bytes at header, then obj as encode_for_peer encodes it, into the empty w; its placements."""
+    cdef Peer peer = Peer.__new__(Peer, language)
+    if n:
+        memcpy(w.put_header(n), header, n)
     w.begin_message()
     if _put(w, obj, 0, NULL, peer):
         raise ValueError(f"a value nested more than {kMaxDepth} containers deep, or holding itself, has no form in "
                          f"{language}")
-    return PyBytes_FromStringAndSize(w.data(), w.size()), peer.placements
+    return peer.placements
 
 
 # The lists and dicts a plain encoding has visited: one reached twice makes

@@ -1,9 +1,10 @@
 # cython: auto_pickle=False
 """What an R worker answers, as Python sees it: values, RError, RWarning.
 
-An R worker (mizu/_r/rpackage/src/worker.cpp) answers each task with the
-outcome of its call, ``list(value =, error =, warnings =)`` in the wire
-format, which reads here as a dict. The value of a map batch is
+An R worker (mizu/_r/rpackage/src/worker.cpp) answers a call that returned
+without a warning with its value (status ok), and any other with its whole
+outcome, ``list(value =, error =, warnings =)`` in the wire format, which
+reads here as a dict (status raised). The value of a map batch is
 ``list(values, failures)``: one value per unit, NULL where the unit failed,
 and ``list(unit index, error record)`` for each failed unit. An error
 record is ``list(message =, call =, classes =, traceback =)``; a warning's
@@ -11,7 +12,7 @@ is ``list(message =, call =, classes =)``.
 """
 
 from mizu._future cimport Cell
-from mizu._messages cimport BATCH, PeerCodec
+from mizu._messages cimport BATCH, OK, PeerCodec
 
 import warnings
 from concurrent.futures.process import _RemoteTraceback
@@ -100,16 +101,17 @@ cdef class RCodec(PeerCodec):
         self.language = "R"
 
     cdef object outcome(self, Cell cell, int status, object value, bint* raised):
-        raised[0] = True
-        try:
-            _warn(value["warnings"])
-        except Warning as exc:   # warnings are errors (python -W error): the task fails with it
-            return exc
-        if value["error"] is not None:
-            return error_from_record(value["error"])
+        if status != OK:
+            raised[0] = True
+            try:
+                _warn(value["warnings"])
+            except Warning as exc:   # warnings are errors (python -W error): the task fails with it
+                return exc
+            if value["error"] is not None:
+                return error_from_record(value["error"])
+            value = value["value"]
         raised[0] = False
-        result = value["value"]
         if cell.kind == BATCH:
-            values, failures = result
-            result = (values, [(index, error_from_record(record)) for index, record in failures])
-        return result
+            values, failures = value
+            value = (values, [(index, error_from_record(record)) for index, record in failures])
+        return value

@@ -234,10 +234,10 @@ namespace {
 // A record as a new call finds it. What a call left there would keep its
 // arguments alive (a condition's call holds them) until another call's
 // conditions replaced it.
+// Most calls leave it as they found it, and write nothing here.
 void clear_record(SEXP record) {
-    SET_VECTOR_ELT(record, kCondition, R_NilValue);
-    SET_VECTOR_ELT(record, kCalls, R_NilValue);
-    SET_VECTOR_ELT(record, kWarnings, R_NilValue);
+    for (Record r : {kCondition, kCalls, kWarnings})
+        if (VECTOR_ELT(record, r) != R_NilValue) SET_VECTOR_ELT(record, r, R_NilValue);
     INTEGER(VECTOR_ELT(record, kWarningCount))[0] = 0;
 }
 
@@ -258,6 +258,8 @@ SEXP session_outcome(SEXP value, bool failed) {
     clear_record(record);
     return outcome;
 }
+
+bool session_quiet() { return INTEGER(VECTOR_ELT(current_record(), kWarningCount))[0] == 0; }
 
 void record_error(SEXP condition, SEXP calls) {
     SEXP record = current_record();

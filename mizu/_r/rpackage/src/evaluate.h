@@ -40,13 +40,15 @@ SEXP eval_safely(SEXP call, SEXP env);
 // While the loop runs, session_call calls function `id` as call_function
 // does and returns its value, unprotected; an error in it ends the
 // session. session_outcome then gives the call's outcome, with the
-// warnings it raised, as eval_safely does.
+// warnings it raised, as eval_safely does; session_quiet tells a call
+// that raised none, whose outcome is its value alone.
 SEXP session_expression(SEXP body);
 void begin_session();
 bool run_session(SEXP expression, SEXP env);
 void end_session();
 SEXP session_call(int id, SEXP args, SEXP kwargs);
 SEXP session_outcome(SEXP value, bool failed);
+bool session_quiet();
 
 // What the condition handlers call back with; from R code only.
 void record_error(SEXP condition, SEXP calls);

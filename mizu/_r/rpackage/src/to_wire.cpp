@@ -25,18 +25,30 @@ constexpr R_xlen_t kRegion = 512;
 // Times go to pandas in microseconds: POSIXct's doubles hold no finer.
 constexpr int64_t kTicks = 1000000;
 
-// Whether a vector of length 1 has attributes.
+// Whether an atomic vector of length 1, not raw, has attributes.
 bool has_attributes(SEXP x) {
 #if R_VERSION >= R_Version(4, 5, 0)
     return ANY_ATTRIB(x);
 #else
     // Before R 4.5 the API has no ANY_ATTRIB: identical() (16: its default
-    // flags) tells x from a copy of its element only by its attributes.
-    SEXP bare = PROTECT(Rf_allocVector(TYPEOF(x), 1));
-    Rf_copyVector(bare, x);
-    bool differs = !R_compute_identical(x, bare, 16);
-    UNPROTECT(1);
-    return differs;
+    // flags) tells x from a copy of its element only by its attributes. The
+    // copies are made in one vector of length 1 per type, kept for the
+    // process's life, by type in `bare`.
+    static SEXP bare = nullptr;
+    if (!bare) {
+        SEXP list = PROTECT(Rf_allocVector(VECSXP, STRSXP + 1));
+        R_PreserveObject(list);
+        UNPROTECT(1);
+        bare = list;
+    }
+    SEXPTYPE type = TYPEOF(x);
+    SEXP copy = VECTOR_ELT(bare, type);
+    if (copy == R_NilValue) {
+        copy = Rf_allocVector(type, 1);
+        SET_VECTOR_ELT(bare, type, copy);
+    }
+    Rf_copyVector(copy, x);
+    return !R_compute_identical(x, copy, 16);
 #endif
 }
 

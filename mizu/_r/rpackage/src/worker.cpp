@@ -12,6 +12,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -240,17 +241,26 @@ private:
     // (fail_running).
     bool run_prepared() {
         const messages::TaskHeader& task = *loop_.running();
-        send_outcome(r_call([&] {
-            return refused_.empty() ? run_call(task, call_) : refusal(kRefused, refused_.c_str());
-        }));
+        bool plain = false;
+        SEXP outcome = r_call([&] {
+            return refused_.empty() ? run_call(task, call_, plain) : refusal(kRefused, refused_.c_str());
+        });
+        send_outcome(outcome, plain);
         forget_call();
         return true;
     }
 
-    // Sends the outcome of the running task.
-    void send_outcome(SEXP outcome) {
+    // Sends the outcome of the running task: a call's value alone (plain),
+    // or list(value =, error =, warnings =), which goes as its value alone
+    // too when it holds neither an error nor a warning (doc/dev/messages.rst:
+    // status ok; else raised).
+    void send_outcome(SEXP outcome, bool plain = false) {
         PROTECT(outcome);
-        Status status = VECTOR_ELT(outcome, 1) == R_NilValue ? Status::ok : Status::raised;
+        if (!plain && VECTOR_ELT(outcome, 1) == R_NilValue && Rf_xlength(VECTOR_ELT(outcome, 2)) == 0) {
+            outcome = VECTOR_ELT(outcome, 0);
+            plain = true;
+        }
+        Status status = plain ? Status::ok : Status::raised;
         std::string unreadable;
         then_unprotect(1, [&] {
             try {
@@ -308,8 +318,8 @@ private:
     }
 
     // list(value =, error =, warnings =) of the task's call, as eval_safely
-    // gives them.
-    SEXP run_call(const messages::TaskHeader& h, SEXP call) {
+    // gives them; its value alone, plain set, if it raised no warning.
+    SEXP run_call(const messages::TaskHeader& h, SEXP call, bool& plain) {
         auto failure = failures_.find(h.fn_id);
         if (failure != failures_.end()) return failure->second;
         auto id = ids_.find(h.fn_id);
@@ -325,7 +335,8 @@ private:
             kwargs = VECTOR_ELT(call, 1);
         }
         SEXP result = PROTECT(session_call(id->second, as_arguments(args), kwargs));
-        SEXP outcome = session_outcome(result, false);
+        plain = session_quiet();
+        SEXP outcome = plain ? result : session_outcome(result, false);
         UNPROTECT(1);
         return outcome;
     }
@@ -367,9 +378,12 @@ private:
                 SEXP value = PROTECT(
                     session_call(batch_.id, batch_.single ? one_item(args) : as_arguments(args), R_NilValue));
                 SET_VECTOR_ELT(batch_list(kUnitValues), batch_.call, value);
-                SEXP outcome = PROTECT(session_outcome(R_NilValue, false));
-                add_unit_warnings(VECTOR_ELT(outcome, 2));
-                UNPROTECT(2);
+                UNPROTECT(1);
+                if (!session_quiet()) {
+                    SEXP outcome = PROTECT(session_outcome(R_NilValue, false));
+                    add_unit_warnings(VECTOR_ELT(outcome, 2));
+                    UNPROTECT(1);
+                }
             }
             SEXP values = batch_list(kUnitValues);
             SET_VECTOR_ELT(batch_list(kValues), batch_.unit, batch_.flat ? VECTOR_ELT(values, 0) : values);
@@ -482,23 +496,23 @@ private:
     // placed, sends their descriptors, and pushes it, in chunks if needed.
     void push_result(const messages::ResultHeader& header, SEXP body) {
         wire::Writer w;
+        std::memcpy(w.put_header(sizeof header), &header, sizeof header);
         OutgoingBlocks out;
         encode_message(body, w, worker_arena(), out, options_);
-        std::string message;
         const std::vector<messages::BufferRecord>& records = out.records();
-        if (!records.empty()) {
-            messages::OutOfBandHeader oob = messages::out_of_band_header(
-                uint16_t(o_.index), uint16_t(out.descriptors().size()), uint16_t(records.size()));
-            message.append(reinterpret_cast<const char*>(&oob), sizeof oob);
-            message.append(reinterpret_cast<const char*>(records.data()), records.size() * sizeof(records[0]));
+        if (records.empty()) {
+            if (!loop_.send(w.data(), w.size())) throw ClientGone();
+            return;
         }
-        message.append(reinterpret_cast<const char*>(&header), sizeof header);
+        messages::OutOfBandHeader oob = messages::out_of_band_header(
+            uint16_t(o_.index), uint16_t(out.descriptors().size()), uint16_t(records.size()));
+        std::string message;
+        message.append(reinterpret_cast<const char*>(&oob), sizeof oob);
+        message.append(reinterpret_cast<const char*>(records.data()), records.size() * sizeof(records[0]));
         message.append(w.data(), w.size());
-        if (!records.empty()) {
-            // Before the message is in the ring: the client reads them with it.
-            messages::send_descriptors(o_.socket_fd, out.descriptors().data(), out.descriptors().size());
-            out.hand_over();
-        }
+        // Before the message is in the ring: the client reads them with it.
+        messages::send_descriptors(o_.socket_fd, out.descriptors().data(), out.descriptors().size());
+        out.hand_over();
         if (!loop_.send(message.data(), message.size())) throw ClientGone();
     }
 
