@@ -180,7 +180,7 @@ cdef class Collector(Watchdog):
                 self.dispatch()
                 wait = min(wait, FEED_NS)
             try:
-                slot = ring._pop(wait * 1e-9, None, self.core_to_spare())
+                slot = ring._pop(now + wait, None, self.core_to_spare())
             except TimeoutError:
                 self.check_workers()
                 continue
@@ -218,11 +218,10 @@ cdef class Collector(Watchdog):
         cdef uint64_t pushed = ring.popped + len(ring)
         cdef int64_t deadline = now_ns() + _DRAIN_NS
         while ring.popped < pushed:
-            wait = deadline - now_ns()
-            if wait <= 0:
+            if deadline <= now_ns():
                 break
             try:
-                slot = ring._pop(wait * 1e-9, None, False)
+                slot = ring._pop(deadline, None, False)
             except TimeoutError:
                 break
             self.handle(slot)
