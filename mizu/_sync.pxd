@@ -2,12 +2,18 @@
 
 cimport cython
 from cpython.list cimport PyList_Append, PyList_GET_SIZE
-from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int64_t
 
 
+cdef extern from "thread_lock.hpp" namespace "mizu" nogil:
+    cdef cppclass ThreadLock:
+        bint try_take() noexcept
+        bint take_or_sleep(int64_t timeout_ns) noexcept
+        void give() noexcept
+
+
 cdef class Lock:
-    cdef PyThread_type_lock lock
+    cdef ThreadLock lock
 
     cdef bint take(self, int64_t deadline_ns) except -1
     cdef void give(self) noexcept
