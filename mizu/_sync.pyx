@@ -12,10 +12,6 @@ __all__ = ["Fifo", "Lock"]
 # How often a blocked take wakes to run signal handlers.
 cdef int64_t _SLICE_NS = 20_000_000
 
-
-cdef extern from "Python.h":
-    int _delete_slice "PyList_SetSlice"(object list, Py_ssize_t low, Py_ssize_t high, PyObject* itemlist) except -1
-
 cdef class Lock:
     """A mutex that Cython takes and releases without a Python call (mizu/thread_lock.hpp).
 
