@@ -14,7 +14,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int64_t, uint64_t
 
 from mizu._failures cimport Watchdog, reap
-from mizu._future cimport Cell, cell_of, drop_task, is_done, set_exception, set_result
+from mizu._future cimport Cell, cell_of, drop_task, is_done, own_cell, set_exception, set_result
 from mizu._messages cimport GONE, READY, RETIRING, Reassembler, body_of, is_chunk
 from mizu._roster cimport MAX_DEPTH, Worker
 from mizu._observers cimport SETTLED, UP
@@ -74,7 +74,7 @@ class Future(LazyFuture):
             pool.observe()
 
     def result(self, timeout=None):
-        cdef Cell cell = self._cell
+        cdef Cell cell = own_cell(self)
         if cell.state is not _FINISHED:
             timeout = _collect_for(cell, timeout)
             if cell.state is not _FINISHED:
@@ -86,7 +86,7 @@ class Future(LazyFuture):
         return cell.result
 
     def exception(self, timeout=None):
-        return _lazy_exception(self, _collect_for(self._cell, timeout))
+        return _lazy_exception(self, _collect_for(own_cell(self), timeout))
 
 
 cdef object _answered(Fifo in_flight, unsigned long long task_id):
@@ -180,7 +180,7 @@ cdef class Collector(Watchdog):
                 self.dispatch()
                 wait = min(wait, FEED_NS)
             try:
-                slot = ring._pop(wait * 1e-9, None, self.core_to_spare())
+                slot = ring._pop(now + wait, None, self.core_to_spare())
             except TimeoutError:
                 self.check_workers()
                 continue
@@ -218,11 +218,10 @@ cdef class Collector(Watchdog):
         cdef uint64_t pushed = ring.popped + len(ring)
         cdef int64_t deadline = now_ns() + _DRAIN_NS
         while ring.popped < pushed:
-            wait = deadline - now_ns()
-            if wait <= 0:
+            if deadline <= now_ns():
                 break
             try:
-                slot = ring._pop(wait * 1e-9, None, False)
+                slot = ring._pop(deadline, None, False)
             except TimeoutError:
                 break
             self.handle(slot)

@@ -5,6 +5,9 @@ top); map's batching is mizu._map; how workers start is mizu._launchers;
 what it shares with the R pool's Executor is mizu._executor_base.
 """
 
+from cpython.object cimport PyObject, PyObject_TypeCheck, PyTypeObject
+
+from mizu._future cimport slot_offset
 from mizu._messages cimport CALL
 from mizu._pool cimport Pool
 
@@ -184,6 +187,8 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
     concurrent.futures.ProcessPoolExecutor
     """
 
+    __slots__ = ("_pool",)   # read in C by submit
+
     def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=(), *,
                  max_tasks_per_child=None, by_value=None, task_timeout=None, worker_death="break",
                  max_worker_memory=None, seed=None):
@@ -229,7 +234,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         RuntimeError
             The executor was shut down.
         """
-        cdef Pool pool = <Pool>self._pool
+        cdef Pool pool = _pool_of(self)
         if pool.seeds is not None:
             fn, args = pool.seeds.task(fn, args)
         return pool.submit(CALL, fn, args, kwargs, 1)
@@ -238,7 +243,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         # A view's (options): the task's deadline and seeds its own.
         if seeds is not None:
             fn, args = seeds.task(fn, args)
-        return (<Pool>self._pool).submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
+        return _pool_of(self).submit(CALL, fn, args, kwargs, 1, None, timeout_ns)
 
     @staticmethod
     def _seeds_of(seed, inherited=None):
@@ -333,3 +338,17 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             if operation not in ("terminate", "kill"):
                 raise ValueError(f"Unsupported operation: {operation!r}")
             self._pool.force_shutdown(operation)
+
+
+cdef Py_ssize_t _pool_offset = slot_offset(ProcessPoolExecutor, "_pool")
+cdef PyTypeObject* _executor_type = <PyTypeObject*>ProcessPoolExecutor
+
+
+cdef Pool _pool_of(object executor):
+    """executor._pool, read in C when executor is a ProcessPoolExecutor whose pool is set."""
+    cdef PyObject* pool
+    if PyObject_TypeCheck(executor, _executor_type):
+        pool = (<PyObject**>(<char*><PyObject*>executor + _pool_offset))[0]
+        if pool != NULL:
+            return <Pool>pool
+    return <Pool>executor._pool

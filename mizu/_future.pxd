@@ -26,6 +26,8 @@ cdef class Condition:
 
 cdef object new_future(type cls, Cell cell)
 cdef Cell cell_of(object future)
+cdef Cell own_cell(object future)
+cdef Py_ssize_t slot_offset(type cls, str name) except -1
 cdef bint set_running(object future, Cell cell) except -1
 cdef int set_result(object future, Cell cell, object result) except -1
 cdef int set_exception(object future, Cell cell, object exception) except -1

@@ -23,7 +23,7 @@ nothing per future.
 
 cimport cython
 from cpython.list cimport PyList_Append
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject, PyObject_TypeCheck, PyTypeObject
 from cpython.ref cimport Py_INCREF
 
 import _thread
@@ -332,17 +332,17 @@ class LazyFuture(_base.Future):
         """Called once, when a thread first waits on this future or registers a callback."""
 
     def done(self):
-        return is_done(self._cell)
+        return is_done(own_cell(self))
 
     def running(self):
-        return (<Cell>self._cell).state is RUNNING
+        return own_cell(self).state is RUNNING
 
     def cancelled(self):
-        state = (<Cell>self._cell).state
+        state = own_cell(self).state
         return state is CANCELLED or state is CANCELLED_AND_NOTIFIED
 
     def result(self, timeout=None):
-        cdef Cell cell = self._cell
+        cdef Cell cell = own_cell(self)
         if cell.state is FINISHED:
             # A traceback through Cython code holds no frame with this
             # future in it, so raising here makes no reference cycle.
@@ -352,13 +352,13 @@ class LazyFuture(_base.Future):
         return _future_result(self, timeout)
 
     def exception(self, timeout=None):
-        cdef Cell cell = self._cell
+        cdef Cell cell = own_cell(self)
         if cell.state is FINISHED:
             return cell.exception
         return _future_exception(self, timeout)
 
     def add_done_callback(self, fn):
-        cdef Cell cell = self._cell
+        cdef Cell cell = own_cell(self)
         if not _ended(cell.state):
             if cell.callbacks is None:
                 fresh = []
@@ -373,13 +373,13 @@ class LazyFuture(_base.Future):
         _call_back(self, fn)
 
     def set_running_or_notify_cancel(self):
-        return set_running(self, self._cell)
+        return set_running(self, own_cell(self))
 
     def set_result(self, result):
-        _complete(self, self._cell, RESULT_SET, result)
+        _complete(self, own_cell(self), RESULT_SET, result)
 
     def set_exception(self, exception):
-        _complete(self, self._cell, EXCEPTION_SET, exception)
+        _complete(self, own_cell(self), EXCEPTION_SET, exception)
 
 
 cdef int _call_back(object future, object fn) except -1:
@@ -430,8 +430,14 @@ cdef bint is_done(Cell cell) noexcept:
     return state is not RUNNING and state is not PENDING
 
 
+cdef Py_ssize_t slot_offset(type cls, str name) except -1:
+    """Where instances of cls keep the slot name (of its __slots__), to read and write it without a Python call."""
+    return (<PyMemberDescrObject*>cls.__dict__[name]).d_member.offset
+
+
 # Where a LazyFuture keeps its cell, to fill it in without a Python call.
-cdef Py_ssize_t _cell_offset = (<PyMemberDescrObject*>LazyFuture.__dict__["_cell"]).d_member.offset
+cdef Py_ssize_t _cell_offset = slot_offset(LazyFuture, "_cell")
+cdef PyTypeObject* _lazy_future = <PyTypeObject*>LazyFuture
 cdef tuple _no_arguments = ()
 
 
@@ -446,6 +452,13 @@ cdef object new_future(type cls, Cell cell):
 cdef Cell cell_of(object future):
     """The cell of a future that new_future made."""
     return <Cell>_cell_slot(future)
+
+
+cdef Cell own_cell(object future):
+    """future._cell, read in C when future is a LazyFuture (self in its methods is not always one)."""
+    if PyObject_TypeCheck(future, _lazy_future):
+        return _cell_of_instance(future)
+    return future._cell
 
 
 cdef bint set_running(object future, Cell cell) except -1:

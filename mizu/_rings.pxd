@@ -26,7 +26,7 @@ cdef class _Ring:
     cdef int _raise_for(self, WaitStatus st, PeerWatch peer) except -1
     cdef int _with_buffer(self, object data, bint wait, object timeout, PeerWatch peer) except -1
     cdef object _try_pop(self)
-    cdef object _pop(self, object timeout, PeerWatch peer, bint spin)
+    cdef object _pop(self, int64_t deadline_ns, PeerWatch peer, bint spin)
     cdef bint _claim(self, uint64_t ticket) noexcept
     cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept
     cdef uint64_t _last_claim(self, int64_t* at) noexcept

@@ -320,7 +320,7 @@ cdef class _Ring:
         EOFError
             The ring is closed and empty.
         """
-        return self._pop(timeout, peer, True)
+        return self._pop(_deadline(timeout), peer, True)
 
     cdef object _try_pop(self):
         cdef Reservation res
@@ -328,8 +328,9 @@ cdef class _Ring:
             return self._take(res)
         return None
 
-    cdef object _pop(self, object timeout, PeerWatch peer, bint spin):
-        """pop(); spin False sleeps after a few polls, without the held or the timed spin."""
+    cdef object _pop(self, int64_t deadline_ns, PeerWatch peer, bint spin):
+        """pop() by deadline_ns (now_ns's clock, or kForever); spin False sleeps after a few polls, without the held
+        or the timed spin."""
         cdef Reservation res
         cdef WaitOptions opt
         cdef WaitStatus st
@@ -337,7 +338,7 @@ cdef class _Ring:
         cdef int i
         if self.ring.get().begin_pop(res):
             return self._take(res)
-        opt.deadline_ns = _deadline(timeout)
+        opt.deadline_ns = deadline_ns
         opt.spin = spin
         if spin and self.pop_waiter.get().budget_ns() > 0:
             until = now_ns() + min(_HELD_SPIN_NS, self.pop_waiter.get().budget_ns())

@@ -2,12 +2,29 @@
 
 cimport cython
 from cpython.list cimport PyList_Append, PyList_GET_SIZE
-from cpython.pythread cimport PyThread_type_lock
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t
 
 
+cdef extern from "Python.h":
+    int _delete_slice "PyList_SetSlice"(object list, Py_ssize_t low, Py_ssize_t high, PyObject* itemlist) except -1
+
+
+cdef inline int clear_list(list items) except -1:
+    """items.clear(), without looking the method up or making a slice."""
+    return _delete_slice(items, 0, PY_SSIZE_T_MAX, NULL)
+
+
+cdef extern from "thread_lock.hpp" namespace "mizu" nogil:
+    cdef cppclass ThreadLock:
+        bint try_take() noexcept
+        bint take_or_sleep(int64_t timeout_ns) noexcept
+        void give() noexcept
+
+
 cdef class Lock:
-    cdef PyThread_type_lock lock
+    cdef ThreadLock lock
 
     cdef bint take(self, int64_t deadline_ns) except -1
     cdef void give(self) noexcept

@@ -4,8 +4,6 @@
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
-                               PyThread_allocate_lock, PyThread_free_lock, PyThread_release_lock)
 
 from mizu.includes.spin cimport kForever, now_ns
 
@@ -14,49 +12,33 @@ __all__ = ["Fifo", "Lock"]
 # How often a blocked take wakes to run signal handlers.
 cdef int64_t _SLICE_NS = 20_000_000
 
-
-cdef extern from "Python.h":
-    int _delete_slice "PyList_SetSlice"(object list, Py_ssize_t low, Py_ssize_t high, PyObject* itemlist) except -1
-
-cdef extern from "pythread.h":
-    PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds, int intr_flag) nogil
-
-
 cdef class Lock:
-    """A mutex that Cython takes and releases without a Python call.
+    """A mutex that Cython takes and releases without a Python call (mizu/thread_lock.hpp).
 
-    A blocking take releases the GIL and wakes every slice to run signal
+    Uncontended, a take and a give are an atomic operation each. A blocking
+    take releases the GIL and wakes at least every slice to run signal
     handlers, so Ctrl-C interrupts it as it does threading.Lock.acquire().
     """
-
-    def __cinit__(self):
-        self.lock = PyThread_allocate_lock()
-        if self.lock == NULL:
-            raise MemoryError("cannot allocate a lock")
-
-    def __dealloc__(self):
-        if self.lock != NULL:
-            PyThread_free_lock(self.lock)
 
     cdef bint take(self, int64_t deadline_ns) except -1:
         """Acquire by deadline_ns (now_ns's clock; 0: only if free, kForever: no limit)."""
         cdef int64_t step
-        cdef PyLockStatus status
-        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+        cdef bint taken
+        if self.lock.try_take():
             return True
         while deadline_ns != 0:
             step = _SLICE_NS if deadline_ns == kForever else min(_SLICE_NS, deadline_ns - now_ns())
             if step <= 0:
                 return False
             with nogil:
-                status = PyThread_acquire_lock_timed(self.lock, step // 1000, 0)
-            if status == PY_LOCK_ACQUIRED:
+                taken = self.lock.take_or_sleep(step)
+            if taken:
                 return True
             PyErr_CheckSignals()
         return False
 
     cdef void give(self) noexcept:
-        PyThread_release_lock(self.lock)
+        self.lock.give()
 
     def __enter__(self):
         self.take(kForever)

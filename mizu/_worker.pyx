@@ -12,6 +12,7 @@ from mizu._liveness cimport PeerWatch
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
                              Codec, body_with_buffers)
 from mizu._rings cimport _Ring
+from mizu._sync cimport clear_list
 from mizu._wire cimport decode_at
 from mizu.includes.liveness cimport PeerWatch as CPeerWatch
 from mizu.includes.messages cimport Message, ResultHeader, Status, kWireBody
@@ -137,7 +138,10 @@ cdef class _Language:
     cdef object channel
     cdef int index
     cdef dict registry    # the client's fn_id -> the callable a task brought
+    cdef unsigned long long last_fn_id   # the fn_id of the last task, and its callable: a task like the one before
+    cdef object last_fn                  # looks nothing up
     cdef dict modules
+    cdef Py_ssize_t modules_seen   # how many modules there were when numpy was last looked for among them
     cdef bint born        # the arena holds large arrays (numpy was imported)
     # The task prepared last, until it has run or was taken back.
     cdef object fn
@@ -198,18 +202,24 @@ cdef bool _prepare(void* held, const Message& m, const char* data, size_t size) 
         if flags & CALLABLE:
             fn, call = call
             if m.task.fn_id:
-                lang.registry[m.task.fn_id] = fn
+                lang.registry[m.task.fn_id] = lang.last_fn = fn
+                lang.last_fn_id = m.task.fn_id
+        elif m.task.fn_id == lang.last_fn_id and lang.last_fn is not None:
+            fn = lang.last_fn
         else:
-            fn = lang.registry[m.task.fn_id]
+            fn = lang.last_fn = lang.registry[m.task.fn_id]
+            lang.last_fn_id = m.task.fn_id
         if flags & KEYWORDS:
             if type(call) is not tuple or len(call) != 2 or type(call[0]) is not tuple:
                 raise ValueError("a call with keywords must be (a tuple of arguments, a dict of keywords)")
         elif not flags & BATCH and type(call) is not tuple:
             raise ValueError(f"a call's arguments must be a tuple, not {type(call).__name__}")
-        if not lang.born and "numpy" in lang.modules:
+        # Looked for again only once a module was imported (or dropped) since.
+        if not lang.born and len(lang.modules) != lang.modules_seen and "numpy" in lang.modules:
             # Before the task's clock starts (at its claim).
             _arrays_in_the_arena()
             lang.born = True
+        lang.modules_seen = len(lang.modules)
     except BaseException as exc:
         # No future can take this error: the worker ends and the pool
         # breaks, as the stdlib's does.
@@ -261,9 +271,9 @@ cdef bool _run(void* held, WorkerLoop& loop) noexcept:
         except BaseException as exc:
             # As the stdlib does: a result that cannot be pickled is replaced
             # by the error that pickling it raised.
-            lang.box.clear()
+            clear_list(lang.box)
             _answer(&loop, loop.result_header(Status.raised), _with_traceback(exc), lang.channel, lang.index)
-        lang.box.clear()
+        clear_list(lang.box)
     except BaseException as exc:
         lang.error = exc
         return False

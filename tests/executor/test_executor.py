@@ -463,6 +463,32 @@ def test_many_threads_submit_at_once(executor_type):
     assert results == {t: [t + i for i in range(200)] for t in range(6)}
 
 
+def test_the_pools_lock_lets_one_thread_in_at_a_time_and_wakes_those_waiting():
+    import threading
+    import time
+
+    from mizu._sync import Lock
+
+    lock, inside, overlaps, done = Lock(), [], [], []
+
+    def run():
+        for _ in range(500):
+            with lock:
+                inside.append(None)
+                overlaps.append(len(inside))
+                time.sleep(0.00001)   # others try meanwhile, and sleep until it is given
+                inside.pop()
+        done.append(None)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(done) == 4
+    assert max(overlaps) == 1
+
+
 def test_a_callback_may_submit_when_its_task_fails_to_pickle(executor_type):
     with executor_type(1) as ex:
         busy = [ex.submit(children.nap, 0.2) for _ in range(4)]
