@@ -76,6 +76,15 @@ void ExitBell::ring(uint16_t index) noexcept {
 }
 
 void ExitBell::run() noexcept {
+    // Out of memory, the thread ends: whoever collects still looks at the
+    // workers once a slice.
+    try {
+        serve();
+    } catch (const std::bad_alloc&) {
+    }
+}
+
+void ExitBell::serve() {
     std::vector<pollfd> fds;
     std::vector<const PeerWatch*> polled;
     for (;;) {

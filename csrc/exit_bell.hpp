@@ -44,6 +44,7 @@ private:
     };
 
     void run() noexcept;
+    void serve();
     void ring(uint16_t index) noexcept;
     void wake() noexcept;
 

@@ -157,8 +157,9 @@ cdef class Collector(Watchdog):
     cdef collect_until(self, Cell cell, int64_t deadline_ns):
         cdef _Ring ring = self.results
         cdef int64_t now, wait, checked = now_ns()
-        # A dead worker's successor starts as soon as the death is seen.
-        cdef int64_t slice_ns = REPLACING_SLICE_NS if self.replace_dead else SLICE_NS
+        # A dead worker's successor starts as soon as the death is seen:
+        # the exit bell says when, or else a look every millisecond.
+        cdef int64_t slice_ns = REPLACING_SLICE_NS if self.replace_dead and self.bell is None else SLICE_NS
         while not is_done(cell) and self.broken is None:
             now = now_ns()
             if now - checked >= slice_ns:
@@ -285,13 +286,15 @@ cdef class Collector(Watchdog):
                 if message is None:
                     return
             read_message(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message), m)
+            if m.kind == kResult and m.result.status == GONE:
+                # The exit bell's (mizu._failures.ExitBell), maybe for a
+                # worker the pool has given back: the workers are looked at next.
+                self.arm(0)
+                return
             # The roster's: a worker's first notice may come before grow()
             # has added it to `workers`.
             if m.kind != kResult or m.sender >= len(self.roster):
                 raise ValueError(f"a message from worker {m.sender} of {len(self.roster)} that is not a result")
-            if m.result.status == GONE:
-                self.arm(0)   # the exit bell's (mizu._failures.ExitBell): the workers are looked at next
-                return
             worker = self.roster[m.sender]
             value = body_of(m, message, worker.channel)
             status, task_id = m.result.status, m.result.task_id

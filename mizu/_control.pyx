@@ -3,7 +3,8 @@
 
 Asked for (worker_death="replace"), a worker that dies once it is up fails
 only the task it was running, with WorkerDied, and is replaced (recover);
-one that dies before it says it is up still breaks the pool
+one that dies before it says it is up (holding at most the one task sent
+ahead to it, which it never took) still breaks the pool
 (mizu._failures), as its successor would most likely die the same way, and
 a task that kills its worker fails once and is not run again: no death
 loops. A task past its deadline (task_timeout), or stopped while it runs
@@ -238,14 +239,17 @@ cdef class Controller(Collector):
                     running = worker.in_flight.pop_oldest()
         finally:
             self.send_lock.give()
-        self.replace(worker, True)
-        if running is not None:
-            cell = cell_of(running)
-            task = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
-            code = proc.exitcode
-            error = WorkerDied(f"{obituary(proc, None, True, task, '')[:-1]}; the pool replaces it.", proc.pid,
-                               code if code is not None and code >= 0 else None,
-                               -code if code is not None and code < 0 else None, task)
-            self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
+        try:
+            self.replace(worker, True)
+        finally:
+            # Taken out of in_flight: settled here whatever replace raised.
+            if running is not None:
+                cell = cell_of(running)
+                task = task_repr(cell.kind, cell.fn, cell.first, cell.second, cell.calls)
+                code = proc.exitcode
+                error = WorkerDied(f"{obituary(proc, None, True, task, '')[:-1]}; the pool replaces it.", proc.pid,
+                                   code if code is not None and code >= 0 else None,
+                                   -code if code is not None and code < 0 else None, task)
+                self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
         self.dispatch()   # what it had queued, to the other workers
 

@@ -132,7 +132,7 @@ cdef class Watchdog(Roster):
             if self.bell is None:
                 self.bell = ExitBell(self.results)
             self.bell.watch(worker.index, worker.process.pid)
-        except OSError:
+        except Exception:
             pass
 
     cdef str obituary_of(self, Worker worker):

@@ -273,9 +273,9 @@ cdef class Manager(Dispatcher):
             self.forced = True
         self.shutdown(False, True)
         with self.state_lock:
-            # All under the lock a broken pool's terminate_broken takes: the
-            # first worker's death must not have the rest terminated before
-            # they get operation's signal.
+            # Under the lock that a broken pool's terminate_broken takes
+            # before it terminates the workers: the first worker's death must
+            # not have the rest terminated before they get operation's signal.
             for worker in self.workers:
                 if worker.process is not None:
                     signal_process(worker.process, operation)

@@ -58,8 +58,9 @@ worker starts at the first submit, whose task goes to the first worker up
 while the others are forked (Manager.start); with spawn and forkserver one starts
 whenever a submit finds none idle, at most one per CPU at a time (the others
 put off until one is up; Roster.start_deferred). Tasks wait in `pending` until a
-worker's first message says it is up, and go one at a time while others
-are still starting or their starts are put off (Dispatcher.pick). The
+worker's first message says it is up (but for one task sent ahead to a
+successor when no worker that is up has room), and go one at a time while
+others are still starting or their starts are put off (Dispatcher.pick). The
 roster and the starts are mizu._roster's.
 
 A worker that died without retiring breaks the pool as the stdlib's does

@@ -329,9 +329,13 @@ cdef class Roster:
                 channel.close()
 
     cdef take_back(self, Worker worker):
-        """Put every task sent to worker, whose process has exited, back in `pending`; its ring starts afresh."""
+        """Put every task sent to worker, whose process has exited, back in `pending`; its ring starts afresh.
+
+        Until launch gives it a new process, it takes no task (Dispatcher.pick).
+        """
         self.send_lock.take(kForever)
         try:
+            worker.watch = None
             self.requeue(worker, 0)
             worker.outbox.clear()
             self.feeding.discard(worker)
@@ -341,7 +345,6 @@ cdef class Roster:
 
     cdef bint leave_out(self, Worker worker) except -1:
         """Go on without worker, which could not start for want of processes; False if no other worker runs."""
-        worker.watch = None
         self.take_back(worker)   # a successor's first task (Dispatcher.pick)
         if worker.starting:
             worker.starting = False

@@ -259,7 +259,14 @@ SEXP session_outcome(SEXP value, bool failed) {
     return outcome;
 }
 
-bool session_quiet() { return INTEGER(VECTOR_ELT(current_record(), kWarningCount))[0] == 0; }
+bool session_quiet() {
+    SEXP record = current_record();
+    if (INTEGER(VECTOR_ELT(record, kWarningCount))[0] != 0) return false;
+    // An error the call caught itself left its condition, which holds the
+    // call's arguments: not kept while the worker idles.
+    clear_record(record);
+    return true;
+}
 
 void record_error(SEXP condition, SEXP calls) {
     SEXP record = current_record();
