@@ -38,6 +38,7 @@ import threading
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
+from mizu._amap import AsyncMapResults
 from mizu._map import batch_values, planned
 
 __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
@@ -264,13 +265,15 @@ def amap_results(pool, fn, iterables, ordered, buffersize, chunksize, timeout, w
     # In submission order; unordered, a dict's keys, which go in any order.
     futures = (collections.deque if ordered else dict.fromkeys)(
         map(submit, batches if buffersize is None else itertools.islice(batches, buffersize)))
-    return _values(completions, futures, None if buffersize is None else map(submit, batches), end_time, flat)
+    return AsyncMapResults(_batches(completions, futures, None if buffersize is None else map(submit, batches),
+                                    end_time, flat))
 
 
-async def _values(completions, futures, more, end_time, flat):
-    """The values of each batch's future, taken from `futures` as they settle; `more` submits a batch each.
+async def _batches(completions, futures, more, end_time, flat):
+    """Each batch's values, in a list in reverse order for AsyncMapResults to pop, taken from `futures` as they
+    settle; `more` submits a batch each.
 
-    Neither a future nor a value is kept once yielded: the caller may drop them.
+    No future is kept once its values are yielded: the caller may drop them.
     """
     ordered = type(futures) is collections.deque
     try:
@@ -303,8 +306,7 @@ async def _values(completions, futures, more, end_time, flat):
                             futures[fresh] = None
                 values, exc = batch_values(future.result(), flat)
                 del future
-                while values:
-                    yield values.pop()
+                yield values
                 if exc is not None:
                     raise exc
     finally:

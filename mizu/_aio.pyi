@@ -1,9 +1,10 @@
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
+from mizu._amap import AsyncMapResults
 from mizu._pool import Pool
 
 __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
@@ -58,4 +59,4 @@ def amap_results(
     timeout: float | None,
     workers: int,
     timeout_ns: int = -1,
-) -> AsyncIterator[Any]: ...
+) -> AsyncMapResults: ...
