@@ -6,8 +6,10 @@ frame for each value it yields; here a value already collected comes in a
 _Ready, an awaitable that is done from the start: its send (am_send, which
 the interpreter calls on Python 3.10 and 3.11) returns the value, and on
 3.12 on, where the interpreter calls __next__ instead, that raises the
-StopIteration carrying it. Only when no value is left does __anext__
-return a coroutine, which awaits the next batch.
+StopIteration carrying it: the iterator's own, reused from value to value
+while no one else holds it, for creating one costs as much as the rest of
+the step. Only when no value is left does __anext__ return a coroutine,
+which awaits the next batch.
 """
 
 cimport cython
@@ -26,9 +28,13 @@ cdef extern from "Python.h":
     ctypedef struct _TypeSlots "PyTypeObject":
         PyAsyncMethods* tp_as_async
         iternextfunc tp_iternext
+    ctypedef struct PyStopIterationObject:
+        PyObject* value
+    Py_ssize_t Py_REFCNT(PyObject* o)
     PyObject* PyObject_CallOneArg(PyObject* callable, PyObject* arg)
-    void PyErr_SetObject(PyObject* type, PyObject* value)
+    void PyErr_Restore(PyObject* type, PyObject* value, PyObject* traceback)
     void PyErr_SetString(PyObject* type, const char* message)
+    int PyException_SetTraceback(PyObject* exc, PyObject* traceback)
 
 
 __all__ = ["AsyncMapResults"]
@@ -42,6 +48,7 @@ cdef class _Ready:
     """What __anext__ returns for a value already there: awaiting it gives the value without suspending."""
 
     cdef object value
+    cdef object stop   # the StopIteration of the iterator that made it
 
     def __await__(self):
         return self
@@ -67,13 +74,28 @@ cdef PyObject* _ready_next(PyObject* ready) noexcept:
     cdef PyObject* value = _take(<_Ready>ready)
     if value is NULL:
         return NULL
-    # An instance, not the bare value: a tuple or an exception would be taken for the exception's arguments.
-    cdef PyObject* stop = PyObject_CallOneArg(<PyObject*>StopIteration, value)
-    Py_DECREF(<object>value)
-    if stop is not NULL:
-        PyErr_SetObject(<PyObject*>StopIteration, stop)
-        Py_DECREF(<object>stop)
+    cdef PyObject* stop = <PyObject*>(<_Ready>ready).stop
+    if Py_REFCNT(stop) == 2:   # its iterator's and ready's: no raise of it is still held
+        _carry(stop, value)
+        PyException_SetTraceback(stop, <PyObject*>None)
+        Py_INCREF(<object>stop)
+    else:
+        # An instance, not the bare value: a tuple or an exception would be taken for the exception's arguments.
+        stop = PyObject_CallOneArg(<PyObject*>StopIteration, value)
+        Py_DECREF(<object>value)
+        if stop is NULL:
+            return NULL
+    Py_INCREF(StopIteration)
+    PyErr_Restore(<PyObject*>StopIteration, stop, NULL)   # takes both references
     return NULL
+
+
+cdef void _carry(PyObject* stop, PyObject* value) noexcept:
+    """Make value, a reference this takes, the one that the StopIteration stop carries."""
+    cdef PyObject* before = (<PyStopIterationObject*>stop).value
+    (<PyStopIterationObject*>stop).value = value
+    if before is not NULL:
+        Py_DECREF(<object>before)
 
 
 # Slots Cython cannot write: __next__ raising from Cython would record a traceback for each value.
@@ -94,11 +116,13 @@ cdef class AsyncMapResults:
 
     cdef list values
     cdef object batches
+    cdef object stop   # what a _Ready raises from Python 3.12 on: it carries the last value handed out
     cdef object __weakref__
 
     def __cinit__(self, batches):
         self.values = []
         self.batches = batches
+        self.stop = StopIteration()
 
     def __aiter__(self):
         return self
@@ -108,6 +132,7 @@ cdef class AsyncMapResults:
         if PyList_GET_SIZE(self.values):
             ready = _Ready.__new__(_Ready)
             ready.value = self.values.pop()
+            ready.stop = self.stop
             return ready
         return _next_batch_value(self)
 
@@ -118,10 +143,17 @@ cdef class AsyncMapResults:
             await self.batches.aclose()
         self.values = []
         self.batches = None
+        self.forget_last()
+
+    cdef void forget_last(self) noexcept:
+        """Let go of the last value handed out, which its StopIteration carries."""
+        Py_INCREF(None)
+        _carry(<PyObject*>self.stop, <PyObject*>None)
 
 
 async def _next_batch_value(AsyncMapResults results):
     """The first value of the next batch that has any; StopAsyncIteration once `batches` has ended."""
+    results.forget_last()
     while not PyList_GET_SIZE(results.values):
         if results.batches is None:
             raise StopAsyncIteration

@@ -255,13 +255,17 @@ def test_amap_yields_tuples_and_exceptions_as_values_as_map_does(run_loop, mizu_
 
 def test_amap_steps_as_an_async_iterator_does(run_loop, mizu_pool):
     async def main():
-        values = mizu_pool.amap(children.fail_at, [1, 2, 7, 3], chunksize=2)   # [1, 2] in a task
+        values = mizu_pool.amap(children.fail_at, [1, 2, 3, 4, 7, 5], chunksize=4)   # [1, 2, 3, 4] in a task
         assert aiter(values) is values
         found = [await anext(values)]
         step = anext(values)   # its value already there
         found.append(await step)
         with pytest.raises(RuntimeError, match="already awaited"):
             await step
+        later, last = anext(values), anext(values)   # two steps taken at once
+        with pytest.raises(StopIteration) as stopped:   # stepped by hand, as a generator-based driver does
+            next(later.__await__())
+        found += [stopped.value.value, await last]
         with pytest.raises(ValueError):
             await anext(values)
         with pytest.raises(StopAsyncIteration):   # the call's exception ended it, as it ends map's iterator
@@ -270,7 +274,7 @@ def test_amap_steps_as_an_async_iterator_does(run_loop, mizu_pool):
         await values.aclose()
         return found
 
-    assert run_loop(main()) == [1, 2]
+    assert run_loop(main()) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("chunksize", [1, 7])
