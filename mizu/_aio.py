@@ -187,12 +187,14 @@ def submit_awaitable(bridge, call, pool):
 
 
 class Completions:
-    """The futures of an amap's tasks in the order they settle, and the wake-up of its iterator."""
+    """The futures of an amap's tasks in the order they settle (unless `keep` is False), and the wake-up of its
+    iterator."""
 
-    __slots__ = ("bridge", "lock", "settled", "posted", "waiter")
+    __slots__ = ("bridge", "keep", "lock", "settled", "posted", "waiter")
 
-    def __init__(self, bridge):
+    def __init__(self, bridge, keep):
         self.bridge = bridge
+        self.keep = keep   # an amap in order takes its futures in their order: it needs only the wake-ups
         self.lock = threading.Lock()
         self.settled = []
         self.posted = False
@@ -201,7 +203,8 @@ class Completions:
     def add(self, future):
         """A task's future is done (its callback, in the thread that settled it)."""
         with self.lock:
-            self.settled.append(future)
+            if self.keep:
+                self.settled.append(future)
             if self.posted:
                 return
             self.posted = True
@@ -252,7 +255,7 @@ def amap_results(pool, fn, iterables, ordered, buffersize, chunksize, timeout, w
     bridge = running_bridge()
     end_time = None if timeout is None else timeout + _monotonic()
     batches, flat, _, send = planned(pool, fn, iterables, chunksize, buffersize, workers, timeout_ns, ordered)
-    completions = Completions(bridge)
+    completions = Completions(bridge, not ordered)
     add = completions.add
     if bridge.pool is not pool:
         bridge.pool = pool
@@ -279,12 +282,10 @@ async def _batches(completions, futures, more, end_time, flat):
     try:
         while futures:
             if ordered:
-                completions.take()   # only the wake-ups count, not the order
                 future = futures[0]
                 while not future.done():
                     _check_time(end_time)
                     await completions.wait(end_time)
-                    completions.take()
                 done = [futures.popleft()]
                 del future
             else:

@@ -109,9 +109,11 @@ cdef class AsyncMapResults:
     from its end.
 
     Popped, not iterated: a value the caller has dropped stays alive nowhere
-    here. Once iteration has begun, aclose() closes `batches`, which cancels
-    the tasks not yet started; dropping it does too, once the event loop
-    closes the dropped async generator.
+    here (from Python 3.12, but for the last one handed out, which its
+    StopIteration carries until the next step). Once iteration has begun,
+    aclose() closes `batches`, which cancels the tasks not yet started;
+    dropping it does too, once the event loop closes the dropped async
+    generator.
     """
 
     cdef list values

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -275,6 +276,19 @@ def test_amap_steps_as_an_async_iterator_does(run_loop, mizu_pool):
         return found
 
     assert run_loop(main()) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_amap_keeps_no_value_the_caller_has_let_go_of(run_loop, mizu_pool, ordered):
+    async def main():
+        refs = []
+        async for value in mizu_pool.amap(executor_children.Dummy, range(100), ordered=ordered):
+            refs.append(weakref.ref(value))
+            del value
+            assert all(ref() is None for ref in refs[:-1])   # the last may be held until the next step
+        return refs
+
+    assert all(ref() is None for ref in run_loop(main()))
 
 
 @pytest.mark.parametrize("chunksize", [1, 7])
