@@ -38,6 +38,7 @@ import threading
 from concurrent.futures import _base
 from time import monotonic as _monotonic
 
+from mizu._amap import AsyncMapResults
 from mizu._map import batch_values, planned
 
 __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
@@ -186,12 +187,14 @@ def submit_awaitable(bridge, call, pool):
 
 
 class Completions:
-    """The futures of an amap's tasks in the order they settle, and the wake-up of its iterator."""
+    """The futures of an amap's tasks in the order they settle (unless `keep` is False), and the wake-up of its
+    iterator."""
 
-    __slots__ = ("bridge", "lock", "settled", "posted", "waiter")
+    __slots__ = ("bridge", "keep", "lock", "settled", "posted", "waiter")
 
-    def __init__(self, bridge):
+    def __init__(self, bridge, keep):
         self.bridge = bridge
+        self.keep = keep   # an amap in order takes its futures in their order: it needs only the wake-ups
         self.lock = threading.Lock()
         self.settled = []
         self.posted = False
@@ -200,7 +203,8 @@ class Completions:
     def add(self, future):
         """A task's future is done (its callback, in the thread that settled it)."""
         with self.lock:
-            self.settled.append(future)
+            if self.keep:
+                self.settled.append(future)
             if self.posted:
                 return
             self.posted = True
@@ -251,7 +255,7 @@ def amap_results(pool, fn, iterables, ordered, buffersize, chunksize, timeout, w
     bridge = running_bridge()
     end_time = None if timeout is None else timeout + _monotonic()
     batches, flat, _, send = planned(pool, fn, iterables, chunksize, buffersize, workers, timeout_ns, ordered)
-    completions = Completions(bridge)
+    completions = Completions(bridge, not ordered)
     add = completions.add
     if bridge.pool is not pool:
         bridge.pool = pool
@@ -264,24 +268,24 @@ def amap_results(pool, fn, iterables, ordered, buffersize, chunksize, timeout, w
     # In submission order; unordered, a dict's keys, which go in any order.
     futures = (collections.deque if ordered else dict.fromkeys)(
         map(submit, batches if buffersize is None else itertools.islice(batches, buffersize)))
-    return _values(completions, futures, None if buffersize is None else map(submit, batches), end_time, flat)
+    return AsyncMapResults(_batches(completions, futures, None if buffersize is None else map(submit, batches),
+                                    end_time, flat))
 
 
-async def _values(completions, futures, more, end_time, flat):
-    """The values of each batch's future, taken from `futures` as they settle; `more` submits a batch each.
+async def _batches(completions, futures, more, end_time, flat):
+    """Each batch's values, in a list in reverse order for AsyncMapResults to pop, taken from `futures` as they
+    settle; `more` submits a batch each.
 
-    Neither a future nor a value is kept once yielded: the caller may drop them.
+    No future is kept once its values are yielded: the caller may drop them.
     """
     ordered = type(futures) is collections.deque
     try:
         while futures:
             if ordered:
-                completions.take()   # only the wake-ups count, not the order
                 future = futures[0]
                 while not future.done():
                     _check_time(end_time)
                     await completions.wait(end_time)
-                    completions.take()
                 done = [futures.popleft()]
                 del future
             else:
@@ -303,8 +307,7 @@ async def _values(completions, futures, more, end_time, flat):
                             futures[fresh] = None
                 values, exc = batch_values(future.result(), flat)
                 del future
-                while values:
-                    yield values.pop()
+                yield values
                 if exc is not None:
                     raise exc
     finally:

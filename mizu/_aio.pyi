@@ -1,9 +1,10 @@
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
+from mizu._amap import AsyncMapResults
 from mizu._pool import Pool
 
 __all__ = ["amap_results", "running_bridge", "submit_awaitable"]
@@ -38,11 +39,12 @@ def submit_awaitable(bridge: Bridge, call: Future[_T], pool: Pool) -> Awaited[_T
 
 class Completions:
     bridge: Bridge
+    keep: bool
     lock: threading.Lock
     settled: list[Future[Any]]
     posted: bool
     waiter: asyncio.Future[None] | None
-    def __init__(self, bridge: Bridge) -> None: ...
+    def __init__(self, bridge: Bridge, keep: bool) -> None: ...
     def add(self, future: Future[Any]) -> None: ...
     def deliver(self) -> None: ...
     def take(self) -> list[Future[Any]]: ...
@@ -58,4 +60,4 @@ def amap_results(
     timeout: float | None,
     workers: int,
     timeout_ns: int = -1,
-) -> AsyncIterator[Any]: ...
+) -> AsyncMapResults: ...

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -237,6 +238,57 @@ def test_amap_in_order_yields_what_map_yields(run_loop, mizu_pool, stdlib_pool, 
                                                   buffersize=buffersize)]
 
     assert run_loop(main()) == list(stdlib_pool.map(children.add, range(50), range(100, 150), chunksize=chunksize))
+
+
+ODD_VALUES = [None, (), (1, 2), ValueError("a value, not raised"), StopIteration(3), StopAsyncIteration(), [4], ""]
+
+
+@pytest.mark.parametrize("chunksize", [1, 3])
+def test_amap_yields_tuples_and_exceptions_as_values_as_map_does(run_loop, mizu_pool, stdlib_pool, chunksize):
+    def shown(values):
+        return [(type(v).__name__, v.args) if isinstance(v, BaseException) else v for v in values]
+
+    async def main():
+        return [x async for x in mizu_pool.amap(children.echo_value, ODD_VALUES, chunksize=chunksize)]
+
+    assert shown(run_loop(main())) == shown(stdlib_pool.map(children.echo_value, ODD_VALUES, chunksize=chunksize))
+
+
+def test_amap_steps_as_an_async_iterator_does(run_loop, mizu_pool):
+    async def main():
+        values = mizu_pool.amap(children.fail_at, [1, 2, 3, 4, 7, 5], chunksize=4)   # [1, 2, 3, 4] in a task
+        assert aiter(values) is values
+        found = [await anext(values)]
+        step = anext(values)   # its value already there
+        found.append(await step)
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await step
+        later, last = anext(values), anext(values)   # two steps taken at once
+        with pytest.raises(StopIteration) as stopped:   # stepped by hand, as a generator-based driver does
+            next(later.__await__())
+        found += [stopped.value.value, await last]
+        with pytest.raises(ValueError):
+            await anext(values)
+        with pytest.raises(StopAsyncIteration):   # the call's exception ended it, as it ends map's iterator
+            await anext(values)
+        await values.aclose()
+        await values.aclose()
+        return found
+
+    assert run_loop(main()) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_amap_keeps_no_value_the_caller_has_let_go_of(run_loop, mizu_pool, ordered):
+    async def main():
+        refs = []
+        async for value in mizu_pool.amap(executor_children.Dummy, range(100), ordered=ordered):
+            refs.append(weakref.ref(value))
+            del value
+            assert all(ref() is None for ref in refs[:-1])   # the last may be held until the next step
+        return refs
+
+    assert all(ref() is None for ref in run_loop(main()))
 
 
 @pytest.mark.parametrize("chunksize", [1, 7])
