@@ -9,6 +9,7 @@ Where the stdlib behaves, the same case runs against it as the oracle.
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -396,7 +397,14 @@ def test_exit_with_work_pending_finishes_it(client, tmp_path, executor_type, how
     done = tmp_path / "done"
     c = client(executor_children.client_exits_with_work_pending, kind, how, str(done))
     assert c.line(60) == "leaving"
-    assert c.wait(60) == (0, "")
+    code, err = c.wait(60)
+    if kind == "stdlib":
+        # The stdlib's pool, fed by daemon threads as the interpreter exits,
+        # may leave a semaphore to its resource tracker, which warns (seen on
+        # 3.14): the oracle's own leak, which mizu's side must not have.
+        err = re.sub(r"^\S*resource_tracker\.py:\d+: UserWarning: resource_tracker: .*\n(?:[ \t].*\n)*", "", err,
+                     flags=re.M)
+    assert (code, err) == (0, "")
     wait_group_ends(c.pid, 30)
     values = done.read_text().split()
     assert len(values) == len(set(values)), "a task ran twice"
