@@ -2,14 +2,14 @@
 """A worker's death, and what breaks the pool: BrokenProcessPool on every pending future, then on submit.
 
 Every 20 ms slice, whoever collects polls each worker's pidfd; a worker that
-died without retiring breaks the pool as the stdlib's does. A pool that
-replaces dead workers looks every millisecond, and its ExitBell's thread
-tells whoever waits for results of a death as soon as it happens. The messages add
-to the stdlib's text the dead process, its exit code or signal, the task it
-was running and, when its initializer or the unpickling of a task raised,
-that error (the worker sends its traceback before it exits; the texts are
-mizu._errors'). The other workers get SIGTERM, and SIGKILL if they outlast a
-grace period.
+died without retiring breaks the pool as the stdlib's does. In a pool that
+replaces dead workers, an ExitBell's thread tells whoever waits for results
+of a death as soon as it happens (without a bell, it looks every
+millisecond). The messages add to the stdlib's text the dead process, its
+exit code or signal, the task it was running and, when its initializer or
+the unpickling of a task raised, that error (the worker sends its traceback
+before it exits; the texts are mizu._errors'). The other workers get
+SIGTERM, and SIGKILL if they outlast a grace period.
 
 Asked for (worker_death="replace"), or when the pool ended it, a worker
 that dies is replaced instead (mizu._control).
