@@ -252,4 +252,7 @@ cdef class Controller(Collector):
                                    -code if code is not None and code < 0 else None, task)
                 self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
         self.dispatch()   # what it had queued, to the other workers
+        # A pool that lost one worker will likely lose another: the next
+        # successor is started ahead, once this one has its first task.
+        self.launcher.keep_spare([w.ring for w in self.roster], self.results)
 

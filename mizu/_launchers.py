@@ -7,8 +7,11 @@ workers `MultiprocessingLauncher`, R workers mizu._r.launcher.RLauncher.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import select
 import socket
+import threading
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mizu._messages import Codec
@@ -71,6 +74,17 @@ class Launcher(Protocol):
             messages' arrays live in (doc/dev/messages.rst).
         """
 
+    def keep_spare(self, rings: list[_Ring], results: _Ring) -> None:
+        """Have a process ready to be the next worker launched, so that it starts sooner; return at once.
+
+        The pool asks for one once a worker was replaced (mizu._control):
+        it will likely replace another. `rings` are the task rings of the
+        whole roster, in its order. A launcher may do nothing.
+        """
+
+    def close(self) -> None:
+        """End what keep_spare started and nothing took; keep no spare from now on."""
+
 
 class MultiprocessingLauncher:
     """Starts Python workers as processes of a multiprocessing context, as the stdlib's pool does.
@@ -107,6 +121,10 @@ class MultiprocessingLauncher:
         # its workers all start at once, as the stdlib's do.
         self.paced = self.on_demand and initializer is None
         self.preload = method == "forkserver"
+        self._spare_lock = threading.Condition(threading.Lock())
+        self._spare = None   # None, _STARTING, or (process, channel) of a process waiting for its index
+        self._closed = False
+        self._owner = os.getpid()
         # The commonest cause of a worker dying before its first task.
         self.starting_hint = "" if method == "fork" else (
             "a worker started with spawn or forkserver first imports the main module: does it start its pools "
@@ -114,16 +132,73 @@ class MultiprocessingLauncher:
 
     def launch(self, index, tasks, results):
         """Start worker `index` on the rings tasks and results; (its multiprocessing.Process, the client's channel)."""
+        with self._spare_lock:
+            # One being started is further on than a process started now.
+            self._spare_lock.wait_for(lambda: self._spare is not _STARTING)
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            process, channel = spare
+            try:
+                channel.sendall(index.to_bytes(_INDEX_BYTES, "little"))
+            except OSError:
+                _end(process, channel)   # it died waiting: a process of its own
+            else:
+                process.name = f"mizu-worker-{index}"
+                return process, channel
+        return self._start(_worker_main, (tasks, results), index, f"mizu-worker-{index}")
+
+    def keep_spare(self, rings, results):
+        """See Launcher.keep_spare: a process of the context, started by a thread, that waits for its index."""
+        with self._spare_lock:
+            if self._spare is not None or self._closed:
+                return
+            self._spare = _STARTING
+        try:
+            threading.Thread(target=self._start_spare, args=(rings, results), name="mizu-spare-start",
+                             daemon=True).start()
+        except BaseException as exc:
+            with self._spare_lock:
+                self._spare = None
+                self._spare_lock.notify_all()
+            if not isinstance(exc, Exception):
+                raise
+            # Without a thread to spare, the pool goes without a spare.
+
+    def _start_spare(self, rings, results):
+        try:
+            spare = self._start(_spare_main, (rings, results), None, "mizu-spare")
+        except BaseException:
+            # Without one, the next worker starts as the first ones did.
+            with self._spare_lock:
+                self._spare = None
+                self._spare_lock.notify_all()
+            return
+        with self._spare_lock:
+            self._spare = spare
+            self._spare_lock.notify_all()
+
+    def close(self):
+        """See Launcher.close. In a child forked from the pool's process, forget the spare, which is the parent's."""
+        if os.getpid() != self._owner:
+            # Its lock may have been held by a thread the child does not have.
+            self._spare, self._closed = None, True
+            return
+        with self._spare_lock:
+            self._closed = True
+            self._spare_lock.wait_for(lambda: self._spare is not _STARTING)
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            _end(*spare)
+
+    def _start(self, target, rings, index, name):
         if self.preload:
             # Where the forkserver will look, which is where the program is now.
             self.preload = False
             _preload_in_forkserver(self.context)
         channel, worker_end = socket.socketpair()
-        process = self.context.Process(
-            target=_worker_main,
-            args=(tasks, results, worker_end, index, os.getpid(), self.initializer, self.initargs, self.max_tasks,
-                  self.max_memory, self.codec.by_value),
-            name=f"mizu-worker-{index}")
+        args = ((*rings, worker_end) if index is None else (*rings, worker_end, index)) + (
+            os.getpid(), self.initializer, self.initargs, self.max_tasks, self.max_memory, self.codec.by_value)
+        process = self.context.Process(target=target, args=args, name=name)
         try:
             process.start()
         except BaseException:
@@ -132,6 +207,54 @@ class MultiprocessingLauncher:
         finally:
             worker_end.close()
         return process, channel
+
+
+_STARTING = "starting"
+_INDEX_BYTES = 4
+_SPARE_GRACE = 1.0   # seconds a spare has to exit once its channel is closed
+
+
+def _spare_main(rings, results, channel, client_pid, *setup):
+    """Entry point of a spare: wait for the index of the worker it is to be, then be that worker.
+
+    It has imported the program's main module and mapped the pool's rings
+    by then; it runs the initializer only once it has a place. The client
+    closing its end of the channel (the pool closed, or the client gone)
+    ends it.
+    """
+    try:
+        client = os.pidfd_open(client_pid)
+    except (AttributeError, OSError):
+        client = None
+    # The client's exit closes its end, but a child it forked may hold a copy.
+    waited = [channel] if client is None else [channel, client]
+    try:
+        if channel not in select.select(waited, [], [])[0]:
+            return
+    except KeyboardInterrupt:
+        return   # Ctrl-C reaches the terminal's whole process group; the next worker starts afresh
+    index = channel.recv(_INDEX_BYTES, socket.MSG_WAITALL)
+    if len(index) < _INDEX_BYTES:
+        return
+    if client is not None:
+        os.close(client)
+    index = int.from_bytes(index, "little")
+    multiprocessing.current_process().name = f"mizu-worker-{index}"
+    _worker_main(rings[index], results, channel, index, client_pid, *setup)
+
+
+def _end(process, channel):
+    """End a spare: it exits once its channel is shut down; one that does not is killed."""
+    try:
+        # Shut down, not only closed: a child the client forked holds a copy.
+        channel.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    channel.close()
+    process.join(_SPARE_GRACE)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
 
 
 def _preload_in_forkserver(context):

@@ -306,6 +306,7 @@ cdef class Roster:
         of the pool's (release) meanwhile.
         """
         cdef Worker worker
+        self.launcher.close()
         parts = [(worker.ring, worker.process, worker.channel) for worker in self.roster]
         procs = [proc for _, proc, _ in parts if proc is not None]
         for worker in self.roster:

@@ -116,3 +116,9 @@ class RLauncher:
         finally:
             worker_end.close()
         return RProcess(popen, f"mizu-R-worker-{index}"), channel
+
+    def keep_spare(self, rings, results):
+        """See mizu._launchers.Launcher.keep_spare: an R worker starts when the pool needs it."""
+
+    def close(self):
+        """See mizu._launchers.Launcher.close: there is nothing to end."""

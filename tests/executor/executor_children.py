@@ -339,6 +339,26 @@ def client_with_busy_pool(method, directory):
         signal.pause()
 
 
+def client_with_a_spare():
+    """Have a pool that replaces dead workers lose one, so that it keeps a spare; report its processes; wait to be
+    killed."""
+    import multiprocessing
+
+    import mizu
+
+    ex = _executor("mizu-replacing")
+    ex.submit(os._exit, 3).exception()
+    workers = sorted(ex._processes)
+    while True:
+        spares = [p.pid for p in multiprocessing.active_children() if p.pid not in workers]
+        if spares:
+            break
+        time.sleep(0.01)
+    report(workers=workers, spares=spares)
+    while True:
+        signal.pause()
+
+
 def client_mapping_sleeps(workers, tasks, seconds):
     """A map of sleeps in a with block, as a user writes it; report the workers, then "mapping".
 

@@ -16,6 +16,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import signal
+import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pebble
@@ -285,6 +286,57 @@ def test_a_deadline_or_a_stop_does_not_break_a_pool_that_breaks_on_death(tmp_pat
             assert isinstance(ended.exception(timeout=WAIT), TimeoutError)
         assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
         _full(ex, victim)
+
+
+def _spares(ex):
+    """The pids of the client's processes that are not the pool's workers: its spare, once it keeps one."""
+    workers = set(ex._processes)
+    return [process.pid for process in multiprocessing.active_children() if process.pid not in workers]
+
+
+def _spare(ex):
+    """The pid of the one spare the pool keeps, once it has started; fails after WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while not (spares := _spares(ex)):
+        assert time.monotonic() < deadline, "the pool started no spare"
+        time.sleep(0.01)
+    assert len(spares) == 1, spares
+    return spares[0]
+
+
+def _dies(ex):
+    assert isinstance(ex.submit(os._exit, 3).exception(timeout=WAIT), mizu.WorkerDied)
+
+
+def test_a_pool_that_replaced_a_worker_keeps_a_spare_which_initializes_once_it_takes_a_place(tmp_path):
+    log = str(tmp_path / "initialized")
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, worker_death="replace",
+                                  initializer=executor_children.tally_then_nap, initargs=(log, "init", 0)) as ex:
+        first = ex.submit(os.getpid).result(timeout=WAIT)
+        assert _spares(ex) == []
+        _dies(ex)
+        second = ex.submit(os.getpid).result(timeout=WAIT)
+        spare = _spare(ex)
+        assert spare not in (first, second)
+        _dies(ex)
+        assert ex.submit(os.getpid).result(timeout=WAIT) == spare
+        with open(log) as file:
+            assert [int(line.split()[1]) for line in file] == [first, second, spare]
+        assert _spare(ex) not in (first, second, spare)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_spare_that_died_waiting_is_passed_over(tmp_path):
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace") as ex:
+        ex.submit(os.getpid).result(timeout=WAIT)
+        _dies(ex)
+        spare = _spare(ex)
+        os.kill(spare, signal.SIGKILL)
+        exit_all([spare], WAIT)
+        _dies(ex)
+        assert sorted(ex.map(children.double, range(8), timeout=WAIT)) == list(range(0, 16, 2))
+        assert spare not in _full(ex)
+    assert multiprocessing.active_children() == []
 
 
 # -- a worker's memory ------------------------------------------------------------------------------------------

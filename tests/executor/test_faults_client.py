@@ -55,6 +55,16 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     assert shm_entries() - before == set()
 
 
+def test_a_killed_client_leaves_no_spare(client):
+    """A pool that replaced a worker keeps a spare process, waiting to be its next worker: it ends with the client."""
+    c = client(executor_children.client_with_a_spare)
+    report = json.loads(c.line(60))
+    assert report["workers"] and len(report["spares"]) == 1
+    os.kill(c.pid, signal.SIGKILL)
+    assert c.wait(60)[0] == -signal.SIGKILL
+    assert exit_all(report["workers"] + report["spares"], 5) < 5, "a process outlived its client"
+
+
 # -- Ctrl-C ---------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,12 @@ def test_an_object_without_all_of_the_protocol_is_not_a_launcher():
         def launch(self, index, tasks, results):
             raise NotImplementedError
 
+        def keep_spare(self, rings, results):
+            pass
+
+        def close(self):
+            pass
+
     assert isinstance(Starts(), Launcher)
     del Starts.setup_name
     assert not isinstance(Starts(), Launcher)
