@@ -8,12 +8,16 @@ the [test] extra):
   takes the time its future failed. Lateness = failure - (start + deadline).
 - A replacement worker's first task: a pool of 1 worker whose dead workers
   are replaced; a task writes the time and calls os._exit, the next one,
-  queued behind it, returns the time it started. Against it, the time a
-  fresh concurrent.futures.ProcessPoolExecutor(1) of the same start method
-  takes from its construction to its first result: what starting one
-  worker costs the stdlib.
+  queued behind it, returns the time it started. The deaths come back to
+  back, then 0.25 s apart: once it has replaced a worker, mizu's pool keeps
+  a spare process, which needs a process start's time to be ready. Against
+  them, the time a fresh concurrent.futures.ProcessPoolExecutor(1) of the
+  same start method takes from its construction to its first result: what
+  starting one worker costs the stdlib.
 - The round trip of a trivial task, submit(f).result(), with and without a
-  task_timeout (60 s, never reached), in alternating batches.
+  deadline (60 s, never reached), in alternating batches on one pool: where
+  the scheduler puts a pool's worker (on the client's CPU or not) can move a
+  pool's round trip tenfold, so both rows share one worker.
 
 Every time is CLOCK_MONOTONIC, which all processes of the machine share.
 Report only: each case is checked to do what it measures (every task
@@ -41,6 +45,7 @@ import pebble
 import mizu
 import record
 
+APART = 0.25   # seconds between deaths in the second replacement row
 DEADLINE = 0.1
 
 
@@ -79,12 +84,15 @@ class Mizu:
 
     name = "mizu"
 
-    def __init__(self, workers, context, task_timeout=None):
-        self.ex = mizu.ProcessPoolExecutor(workers, mp_context=context, worker_death="replace",
-                                           task_timeout=task_timeout)
+    def __init__(self, workers, context):
+        self.ex = mizu.ProcessPoolExecutor(workers, mp_context=context, worker_death="replace")
+        self.views = {None: self.ex}
 
     def submit(self, fn, *args, timeout=None):
-        return (self.ex if timeout is None else self.ex.options(task_timeout=timeout)).submit(fn, *args)
+        view = self.views.get(timeout)
+        if view is None:
+            view = self.views[timeout] = self.ex.options(task_timeout=timeout)
+        return view.submit(fn, *args)
 
     def close(self):
         self.ex.shutdown(wait=True, cancel_futures=True)
@@ -95,12 +103,11 @@ class Pebble:
 
     name = "pebble"
 
-    def __init__(self, workers, context, task_timeout=None):
+    def __init__(self, workers, context):
         self.pool = pebble.ProcessPool(max_workers=workers, context=context)
-        self.task_timeout = task_timeout
 
     def submit(self, fn, *args, timeout=None):
-        return self.pool.schedule(fn, args=args, timeout=self.task_timeout if timeout is None else timeout)
+        return self.pool.schedule(fn, args=args, timeout=timeout)
 
     def close(self):
         self.pool.stop()
@@ -130,14 +137,15 @@ def deadline_lateness(kind, context, tasks, tmp):
         pool.close()
 
 
-def replacement_first_task(kind, context, repeats, tmp):
-    """Seconds from a worker's os._exit to the start of the next task, on its replacement."""
+def replacement_first_task(kind, context, repeats, tmp, apart):
+    """Seconds from a worker's os._exit to the start of the next task, on its replacement; deaths `apart` s apart."""
     pool = kind(1, context)
     try:
         pool.submit(trivial, 0).result()
         samples = []
         for i in range(repeats):
-            path = os.path.join(tmp, f"{kind.name}-death-{i}")
+            time.sleep(apart)
+            path = os.path.join(tmp, f"{kind.name}-death-{apart}-{i}")
             dying = pool.submit(note_time_then_exit, path)
             after = pool.submit(started_at)
             start = after.result()
@@ -160,23 +168,22 @@ def stdlib_first_result(context, repeats):
 
 
 def round_trips(kind, context, batches, n):
-    """Seconds per submit(trivial).result() in each batch, without and with a task_timeout, batches alternating."""
-    pools = {timeout: kind(1, context, task_timeout=timeout) for timeout in (None, 60)}
+    """Seconds per submit(trivial).result() in each batch, without and with a deadline, batches alternating."""
+    pool = kind(1, context)
     try:
-        for pool in pools.values():
+        samples = {None: [], 60: []}
+        for timeout in samples:
             for i in range(200):
-                pool.submit(trivial, i).result()
-        samples = {timeout: [] for timeout in pools}
+                pool.submit(trivial, i, timeout=timeout).result()
         for _ in range(batches):
-            for timeout, pool in pools.items():
+            for timeout in samples:
                 start = time.perf_counter()
                 for i in range(n):
-                    pool.submit(trivial, i).result()
+                    pool.submit(trivial, i, timeout=timeout).result()
                 samples[timeout].append((time.perf_counter() - start) / n)
         return samples[None], samples[60]
     finally:
-        for pool in pools.values():
-            pool.close()
+        pool.close()
 
 
 def _ms(seconds):
@@ -207,20 +214,24 @@ def main(argv=None):
             record.progress(f"deadline lateness: {kind.name}")
             late = rows[("lateness", kind.name)] = deadline_lateness(kind, context, tasks, tmp)
             print(f"  {kind.name:<8}{_ms(statistics.median(late)):>8} ({_ms(max(late))})")
-        print(f"a worker's os._exit to the next task's start on its replacement (ms), median of {repeats} (min, max); "
-              f"stdlib: a fresh ProcessPoolExecutor(1) from its construction to its first result")
+        print(f"a worker's os._exit to the next task's start on its replacement (ms), median of {repeats} (min, max), "
+              f"deaths back to back and {APART} s apart; stdlib: a fresh ProcessPoolExecutor(1) from its construction "
+              f"to its first result")
         for kind in KINDS:
-            record.progress(f"replacement's first task: {kind.name}")
-            rows[("replacement", kind.name)] = replacement_first_task(kind, context, repeats, tmp)
+            for row, apart in (("replacement", 0.0), ("replacement, deaths apart", APART)):
+                record.progress(f"{row}: {kind.name}")
+                rows[(row, kind.name)] = replacement_first_task(kind, context, repeats, tmp, apart)
         record.progress("first result of a fresh ProcessPoolExecutor(1)")
         rows[("replacement", "stdlib")] = stdlib_first_result(context, repeats)
         for name in (*(kind.name for kind in KINDS), "stdlib"):
-            samples = rows[("replacement", name)]
-            print(f"  {name:<8}{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})")
-    print(f"round trip of a trivial task (us, median of {batches} batches of {n}): without a task_timeout, with one, "
+            line = "".join(f"{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})"
+                           for row in ("replacement", "replacement, deaths apart")
+                           if (samples := rows.get((row, name))) is not None)
+            print(f"  {name:<8}{line}")
+    print(f"round trip of a trivial task (us, median of {batches} batches of {n}): without a deadline, with one, "
           f"with/without")
     for kind in KINDS:
-        record.progress(f"round trip with and without a task_timeout: {kind.name}")
+        record.progress(f"round trip with and without a deadline: {kind.name}")
         rows[("round trip", kind.name)], rows[("round trip with task_timeout", kind.name)] = round_trips(
             kind, context, batches, n)
         without, with_timeout = (statistics.median(rows[(row, kind.name)])
