@@ -131,7 +131,7 @@ SEXP mizu_encode(SEXP value, SEXP inline_limit) {
         options.inline_limit = limit >= double(SIZE_MAX) ? SIZE_MAX : std::size_t(limit);
         wire::Writer w;
         OutgoingBlocks out;
-        encode_message(value, w, worker_arena(), out, options);
+        encode_message(value, w, out, options);
         SEXP result = r_call([&] {
             SEXP message = PROTECT(Rf_allocVector(RAWSXP, R_xlen_t(w.size())));
             std::memcpy(RAW(message), w.data(), w.size());

@@ -172,8 +172,8 @@ void set_typestr(ArrayHeader& h, char kind, uint32_t itemsize) {
 
 class ToWire {
 public:
-    ToWire(wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options) noexcept
-        : w_(w), arena_(arena), out_(out), options_(options) {}
+    ToWire(wire::Writer& w, OutgoingBlocks& out, const EncodeOptions& options) noexcept
+        : w_(w), out_(out), options_(options) {}
 
     // depth: of the containers around x, the outermost value's being 1.
     void value(SEXP x, int depth) {
@@ -646,7 +646,7 @@ private:
         std::size_t nbytes = std::size_t(XLENGTH(x)) * itemsize;
         if (nbytes > options_.inline_limit) {
             h.storage = wire::Storage::arena;
-            fill(out_.alloc(arena_, nbytes, h.buffer));
+            fill(out_.alloc(worker_arena(), nbytes, h.buffer));
             w_.put_array(h);
             return;
         }
@@ -681,7 +681,6 @@ private:
     }
 
     wire::Writer& w_;
-    Arena& arena_;
     OutgoingBlocks& out_;
     const EncodeOptions& options_;
 };
@@ -740,10 +739,10 @@ Arena& worker_arena() {
     return *arena;
 }
 
-void encode_message(SEXP value, wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options) {
+void encode_message(SEXP value, wire::Writer& w, OutgoingBlocks& out, const EncodeOptions& options) {
     w.begin_message();
     r_call([&] {
-        ToWire(w, arena, out, options).value(value, 1);
+        ToWire(w, out, options).value(value, 1);
         return R_NilValue;
     });
 }

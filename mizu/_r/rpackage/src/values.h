@@ -77,9 +77,9 @@ struct EncodeOptions {
 Arena& worker_arena();
 
 // Writes `value` to w as one wire message (begin_message() included),
-// placing large arrays in `arena` and recording their blocks in `out`.
+// placing large arrays in worker_arena() and recording their blocks in `out`.
 // Throws std::invalid_argument naming the class of a part that has no wire
 // form, RJump for an R error. Calls r_call, so it may not run inside one.
-void encode_message(SEXP value, wire::Writer& w, Arena& arena, OutgoingBlocks& out, const EncodeOptions& options);
+void encode_message(SEXP value, wire::Writer& w, OutgoingBlocks& out, const EncodeOptions& options);
 
 }  // namespace mizu::r

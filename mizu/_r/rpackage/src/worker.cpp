@@ -498,7 +498,7 @@ private:
         wire::Writer w;
         std::memcpy(w.put_header(sizeof header), &header, sizeof header);
         OutgoingBlocks out;
-        encode_message(body, w, worker_arena(), out, options_);
+        encode_message(body, w, out, options_);
         const std::vector<messages::BufferRecord>& records = out.records();
         if (records.empty()) {
             if (!loop_.send(w.data(), w.size())) throw ClientGone();
