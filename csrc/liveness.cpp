@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "spin.hpp"
@@ -92,6 +93,33 @@ bool PeerWatch::any_exited(const PeerWatch* const* peers, std::size_t n) {
     do r = poll(fds.data(), nfds_t(fds.size()), 0);
     while (r < 0 && errno == EINTR);
     return r > 0;
+}
+
+long PeerWatch::wait_for_index(int socket_fd) const {
+    pollfd fds[2] = {{socket_fd, POLLIN, 0}, {fd_, POLLIN, 0}};
+    const nfds_t n = fd_ >= 0 ? 2 : 1;
+    for (;;) {
+        // Without a descriptor to poll (the kill(pid, 0) fallback), the process is asked once a second.
+        int ready = poll(fds, n, n == 2 ? -1 : 1000);
+        if (ready < 0) {
+            if (errno == EINTR) continue;
+            throw std::system_error(errno, std::generic_category(), "poll");
+        }
+        if (fds[0].revents != 0) break;
+        if (n == 2 ? fds[1].revents != 0 : !alive()) return -1;
+    }
+    unsigned char bytes[4];
+    std::size_t got = 0;
+    while (got < sizeof bytes) {
+        ssize_t r = recv(socket_fd, bytes + got, sizeof bytes - got, 0);
+        if (r == 0 || (r < 0 && errno == ECONNRESET)) return -1;
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            throw std::system_error(errno, std::generic_category(), "recv");
+        }
+        got += std::size_t(r);
+    }
+    return long(bytes[0]) | long(bytes[1]) << 8 | long(bytes[2]) << 16 | long(bytes[3]) << 24;
 }
 
 }  // namespace mizu

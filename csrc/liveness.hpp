@@ -42,6 +42,14 @@ public:
     // std::system_error when pid names no process or no thread can start.
     static void die_with(pid_t pid);
 
+    // Blocks until the peer at the other end of the stream socket socket_fd
+    // has written 4 bytes there, and returns them as a little-endian
+    // number; returns -1 once that end is shut down or closed, or once this
+    // process has exited (a child it forked may keep its end open). A signal
+    // does not end the wait. How a spare waits for the index of the worker
+    // it is to be. Throws std::system_error when poll or recv fail.
+    long wait_for_index(int socket_fd) const;
+
 private:
     pid_t pid_;
     int fd_;  // pidfd or kqueue, -1 for the kill(pid, 0) fallback

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from mizu._liveness import PeerWatch
 from mizu._messages import Codec
 from mizu._pickler import ByValue
 from mizu._worker import main as _worker_main
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from mizu._rings import _Ring
 
-__all__ = ["Launcher", "MultiprocessingLauncher"]
+__all__ = ["KeepsSpare", "Launcher", "MultiprocessingLauncher"]
 
 
 @runtime_checkable
@@ -86,52 +86,28 @@ class Launcher(Protocol):
         """End what keep_spare started and nothing took; keep no spare from now on."""
 
 
-class MultiprocessingLauncher:
-    """Starts Python workers as processes of a multiprocessing context, as the stdlib's pool does.
+class KeepsSpare:
+    """A launcher's spare (Launcher.keep_spare): a process started ahead, which waits for its index on its socket.
 
-    Parameters
-    ----------
-    context : multiprocessing context
-        Starts the processes, with its start method.
-    initializer, initargs, max_tasks
-        The Executor's: each worker calls ``initializer(*initargs)`` first
-        and retires after `max_tasks` tasks (None: never).
-    max_memory : int or None
-        Bytes a worker may hold resident after a task; above them it retires.
-    by_value : bool
-        Pickle by value the functions and classes of tasks, and the
-        initializer, that pickle would name (mizu._pickler).
+    A subclass starts its processes with start_worker(index, tasks,
+    results), a worker at once, and start_spare(rings, results), a process
+    that reads the index of the worker it is to be, 4 bytes little-endian,
+    from its end of the socket pair, then is that worker; it ends, doing
+    nothing, once the client shuts its end down or exits. Both return
+    (process, channel), as Launcher.launch does. `worker_name` formats a
+    worker's process name from its index.
     """
 
-    def __init__(self, context, initializer, initargs, max_tasks, by_value=False, max_memory=None):
-        self.codec = Codec()
-        self.codec.by_value = by_value
-        self.setup_name = "initializer"
-        self.context = context
-        if by_value and initializer is not None:
-            initializer = ByValue(initializer)
-        self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
-        self.max_memory = max_memory
-        method = context.get_start_method(allow_none=False)
-        # The stdlib's rule: fork starts every worker at once; spawn and
-        # forkserver, one whenever a task finds no idle worker.
-        self.on_demand = method != "fork"
-        self.safe_with_threads = method != "fork"
-        # An initializer may wait (on a network, a lock) rather than compute:
-        # its workers all start at once, as the stdlib's do.
-        self.paced = self.on_demand and initializer is None
-        self.preload = method == "forkserver"
+    worker_name = "mizu-worker-{}"
+
+    def __init__(self):
         self._spare_lock = threading.Condition(threading.Lock())
         self._spare = None   # None, _STARTING, or (process, channel) of a process waiting for its index
         self._closed = False
         self._owner = os.getpid()
-        # The commonest cause of a worker dying before its first task.
-        self.starting_hint = "" if method == "fork" else (
-            "a worker started with spawn or forkserver first imports the main module: does it start its pools "
-            "under `if __name__ == \"__main__\":`?")
 
     def launch(self, index, tasks, results):
-        """Start worker `index` on the rings tasks and results; (its multiprocessing.Process, the client's channel)."""
+        """Start worker `index` on the rings tasks and results: the spare if there is one; (process, channel)."""
         with self._spare_lock:
             # One being started is further on than a process started now.
             self._spare_lock.wait_for(lambda: self._spare is not _STARTING)
@@ -143,12 +119,12 @@ class MultiprocessingLauncher:
             except OSError:
                 _end(process, channel)   # it died waiting: a process of its own
             else:
-                process.name = f"mizu-worker-{index}"
+                process.name = self.worker_name.format(index)
                 return process, channel
-        return self._start(_worker_main, (tasks, results), index, f"mizu-worker-{index}")
+        return self.start_worker(index, tasks, results)
 
     def keep_spare(self, rings, results):
-        """See Launcher.keep_spare: a process of the context, started by a thread, that waits for its index."""
+        """See Launcher.keep_spare: start_spare, in a thread of its own."""
         with self._spare_lock:
             if self._spare is not None or self._closed:
                 return
@@ -166,7 +142,7 @@ class MultiprocessingLauncher:
 
     def _start_spare(self, rings, results):
         try:
-            spare = self._start(_spare_main, (rings, results), None, "mizu-spare")
+            spare = self.start_spare(rings, results)
         except BaseException:
             # Without one, the next worker starts as the first ones did.
             with self._spare_lock:
@@ -189,6 +165,62 @@ class MultiprocessingLauncher:
             spare, self._spare = self._spare, None
         if spare is not None:
             _end(*spare)
+
+    def start_worker(self, index, tasks, results):
+        raise NotImplementedError
+
+    def start_spare(self, rings, results):
+        raise NotImplementedError
+
+
+class MultiprocessingLauncher(KeepsSpare):
+    """Starts Python workers as processes of a multiprocessing context, as the stdlib's pool does.
+
+    Parameters
+    ----------
+    context : multiprocessing context
+        Starts the processes, with its start method.
+    initializer, initargs, max_tasks
+        The Executor's: each worker calls ``initializer(*initargs)`` first
+        and retires after `max_tasks` tasks (None: never).
+    max_memory : int or None
+        Bytes a worker may hold resident after a task; above them it retires.
+    by_value : bool
+        Pickle by value the functions and classes of tasks, and the
+        initializer, that pickle would name (mizu._pickler).
+    """
+
+    def __init__(self, context, initializer, initargs, max_tasks, by_value=False, max_memory=None):
+        super().__init__()
+        self.codec = Codec()
+        self.codec.by_value = by_value
+        self.setup_name = "initializer"
+        self.context = context
+        if by_value and initializer is not None:
+            initializer = ByValue(initializer)
+        self.initializer, self.initargs, self.max_tasks = initializer, initargs, max_tasks
+        self.max_memory = max_memory
+        method = context.get_start_method(allow_none=False)
+        # The stdlib's rule: fork starts every worker at once; spawn and
+        # forkserver, one whenever a task finds no idle worker.
+        self.on_demand = method != "fork"
+        self.safe_with_threads = method != "fork"
+        # An initializer may wait (on a network, a lock) rather than compute:
+        # its workers all start at once, as the stdlib's do.
+        self.paced = self.on_demand and initializer is None
+        self.preload = method == "forkserver"
+        # The commonest cause of a worker dying before its first task.
+        self.starting_hint = "" if method == "fork" else (
+            "a worker started with spawn or forkserver first imports the main module: does it start its pools "
+            "under `if __name__ == \"__main__\":`?")
+
+    def start_worker(self, index, tasks, results):
+        """See KeepsSpare.start_worker: a process of the context (its multiprocessing.Process, the client's channel)."""
+        return self._start(_worker_main, (tasks, results), index, self.worker_name.format(index))
+
+    def start_spare(self, rings, results):
+        """See KeepsSpare.start_spare."""
+        return self._start(_spare_main, (rings, results), None, "mizu-spare")
 
     def _start(self, target, rings, index, name):
         if self.preload:
@@ -219,27 +251,16 @@ def _spare_main(rings, results, channel, client_pid, *setup):
 
     It has imported the program's main module and mapped the pool's rings
     by then; it runs the initializer only once it has a place. The client
-    closing its end of the channel (the pool closed, or the client gone)
+    shutting its end of the channel down (the pool closed), or exiting,
     ends it.
     """
     try:
-        client = os.pidfd_open(client_pid)
-    except (AttributeError, OSError):
-        client = None
-    # The client's exit closes its end, but a child it forked may hold a copy.
-    waited = [channel] if client is None else [channel, client]
-    try:
-        if channel not in select.select(waited, [], [])[0]:
-            return
-    except KeyboardInterrupt:
-        return   # Ctrl-C reaches the terminal's whole process group; the next worker starts afresh
-    index = channel.recv(_INDEX_BYTES, socket.MSG_WAITALL)
-    if len(index) < _INDEX_BYTES:
+        index = PeerWatch(client_pid).wait_for_index(channel.fileno())
+    except ProcessLookupError:
         return
-    if client is not None:
-        os.close(client)
-    index = int.from_bytes(index, "little")
-    multiprocessing.current_process().name = f"mizu-worker-{index}"
+    if index < 0 or index >= len(rings):
+        return
+    multiprocessing.current_process().name = MultiprocessingLauncher.worker_name.format(index)
     _worker_main(rings[index], results, channel, index, client_pid, *setup)
 
 

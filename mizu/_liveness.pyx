@@ -84,3 +84,23 @@ cdef class PeerWatch:
             if dead or (step == 0 and deadline != kForever):
                 return dead
             PyErr_CheckSignals()
+
+    def wait_for_index(self, socket_fd):
+        """wait_for_index(socket_fd)
+
+        Block until the peer at the other end of the stream socket
+        `socket_fd` has written 4 bytes there (a signal does not end the
+        wait), or this process exits: how a spare waits for the index of the
+        worker it is to be.
+
+        Returns
+        -------
+        int
+            The 4 bytes as a little-endian number, or -1 once the socket's
+            other end is shut down or closed, or this process has exited.
+        """
+        cdef int fd = operator.index(socket_fd)
+        cdef long index
+        with nogil:
+            index = self.watch.get().wait_for_index(fd)
+        return index

@@ -265,6 +265,15 @@ def process_group(pgid):
     return found
 
 
+def children_of(pid):
+    """The pids of the processes whose parent is pid (Linux)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as file:
+            found.extend(int(child) for child in file.read().split())
+    return found
+
+
 def exit_all(pids, timeout):
     """Seconds until every process in pids has exited; fails after timeout."""
     start = time.monotonic()

@@ -3,6 +3,7 @@
 // and the memory orders are the same whether the peer is a thread or a
 // process mapping the same pages.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <deque>
@@ -16,6 +17,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -1404,12 +1406,52 @@ void die_with_peer() {
     close(watching[0]);
 }
 
+// A spare's wait for its index: the 4 bytes written, in two pieces and
+// after a signal; -1 once the other end is shut down (a forked copy of it
+// open or not), and once the watched process has exited.
+void spare_indexes() {
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    PeerWatch self(getpid());
+    std::thread writer([&] {
+        const unsigned char bytes[] = {0x01, 0x02, 0x03, 0x00};
+        CHECK(write(pair[1], bytes, 1) == 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CHECK(write(pair[1], bytes + 1, 3) == 3);
+    });
+    CHECK(self.wait_for_index(pair[0]) == 0x030201);
+    writer.join();
+    pid_t holder = fork();
+    if (holder == 0) {
+        pause();
+        _exit(0);
+    }
+    shutdown(pair[1], SHUT_RDWR);
+    CHECK(self.wait_for_index(pair[0]) == -1);
+    kill(holder, SIGKILL);
+    CHECK(waitpid(holder, nullptr, 0) == holder);
+    close(pair[0]);
+    close(pair[1]);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    pid_t client = fork();
+    if (client == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        _exit(0);
+    }
+    PeerWatch watched(client);
+    CHECK(watched.wait_for_index(pair[0]) == -1);
+    CHECK(waitpid(client, nullptr, 0) == client);
+    close(pair[0]);
+    close(pair[1]);
+}
+
 int main() {
     wire_round_trips();
     wire_rejects_malformed();
     wire_survives_garbage(300000);
     segments();
     peers_exit();
+    spare_indexes();
     die_with_peer();
     exit_bells();
     ring_headers();

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 
+from mizu._launchers import KeepsSpare
 from mizu._r.codec import RCodec
 
 __all__ = ["RLauncher", "RProcess", "r_string"]
@@ -58,7 +59,7 @@ class RProcess:
         return f"<RProcess name={self.name!r} pid={self.pid} {state}>"
 
 
-class RLauncher:
+class RLauncher(KeepsSpare):
     """Starts R workers: ``Rscript`` running the worker loop of mizu's R package (mizu._r.package).
 
     A worker inherits the descriptors of the pool's segment and of its end
@@ -81,6 +82,7 @@ class RLauncher:
         Bytes a worker may hold resident after a task; above them it retires.
     """
 
+    worker_name = "mizu-R-worker-{}"
     on_demand = False
     paced = False
     starting_hint = ""
@@ -88,6 +90,7 @@ class RLauncher:
     safe_with_threads = True   # Rscript starts through fork and exec at once
 
     def __init__(self, rscript, library, setup, max_tasks, max_memory=None):
+        super().__init__()
         self.codec = RCodec()
         self.rscript, self.library, self.max_tasks = os.fspath(rscript), os.fspath(library), max_tasks
         self.max_memory = max_memory
@@ -97,13 +100,22 @@ class RLauncher:
         libs = os.environ.get("R_LIBS")
         self.environ = dict(os.environ, R_LIBS=self.library if not libs else os.pathsep.join([self.library, libs]))
 
-    def launch(self, index, tasks, results):
-        """Start R worker `index` on the rings tasks and results; (its RProcess, the client's channel)."""
+    def start_worker(self, index, tasks, results):
+        """See mizu._launchers.KeepsSpare.start_worker: Rscript running mizu::worker (its RProcess, the channel)."""
+        return self._start("worker", tasks.segment.fd, f"{tasks.offset}, {results.offset}", index,
+                           self.worker_name.format(index))
+
+    def start_spare(self, rings, results):
+        """See mizu._launchers.KeepsSpare.start_spare: Rscript running mizu::spare."""
+        offsets = ", ".join(str(ring.offset) for ring in rings)
+        return self._start("spare", results.segment.fd, f"c({offsets}), {results.offset}", None, "mizu-R-spare")
+
+    def _start(self, function, segment, rings, index, name):
         channel, worker_end = socket.socketpair()
-        segment = tasks.segment.fd
-        code = (f"mizu::worker({segment}, {tasks.offset}, {results.offset}, {worker_end.fileno()}, {index}, "
-                f"{os.getpid()}, {self.max_tasks or 0}, {self.max_memory or 0}, setup = if (length(commandArgs(TRUE))) commandArgs(TRUE) "
-                "else NULL)")
+        index = "" if index is None else f"{index}, "
+        code = (f"mizu::{function}({segment}, {rings}, {worker_end.fileno()}, {index}{os.getpid()}, "
+                f"{self.max_tasks or 0}, {self.max_memory or 0}, "
+                "setup = if (length(commandArgs(TRUE))) commandArgs(TRUE) else NULL)")
         argv = [self.rscript, "--no-save", "--no-restore", "-e", code]
         if self.setup is not None:
             argv.append(self.setup)
@@ -115,10 +127,4 @@ class RLauncher:
             raise
         finally:
             worker_end.close()
-        return RProcess(popen, f"mizu-R-worker-{index}"), channel
-
-    def keep_spare(self, rings, results):
-        """See mizu._launchers.Launcher.keep_spare: an R worker starts when the pool needs it."""
-
-    def close(self):
-        """See mizu._launchers.Launcher.close: there is nothing to end."""
+        return RProcess(popen, name), channel

@@ -11,3 +11,4 @@ cdef extern from "liveness.hpp" namespace "mizu" nogil:
         bint any_exited(PeerWatch** peers, size_t n) except +raise_py_error
         @staticmethod
         void die_with(pid_t pid) except +raise_py_error
+        long wait_for_index(int socket_fd) except +raise_py_error

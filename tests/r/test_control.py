@@ -8,13 +8,14 @@ how many times each ran. Times are asserted only as bounds on a hang.
 
 import os
 import signal
+import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
 import mizu
-from helpers import (assert_stops, exit_all, resident_memory, returns_within, settle_one_in_ten_overrunning, tallies,
-                     tally_pid, wait_replaced)
+from helpers import (assert_stops, children_of, exit_all, resident_memory, returns_within,
+                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced)
 from r_children import R_HOARD, R_TALLY_THEN_NAP, R_WAIT_FOR_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -163,6 +164,36 @@ def test_an_r_worker_that_dies_mid_task_fails_only_its_task(make, tmp_path, how)
         assert error.exitcode == exitcode
     assert error.task.startswith("(function(path) {") and body.split("; ")[-1] in error.task, error.task
     _assert_the_others_ran_once(pool, tally, others, victim, dying=1)
+
+
+def _spare(pool):
+    """The pid of the one spare the pool keeps beside its workers, once it has started; fails after WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        workers = {w.process.pid for w in pool._pool.workers}
+        spares = [pid for pid in children_of(os.getpid()) if pid not in workers]
+        assert len(spares) <= 1, spares
+        if spares:
+            return spares[0]
+        assert time.monotonic() < deadline, "the pool started no spare"
+        time.sleep(0.01)
+
+
+def test_an_r_pool_that_replaced_a_worker_keeps_a_spare_which_runs_setup_once_it_takes_a_place(make, tmp_path):
+    log = tmp_path / "setup"
+    pool = make(1, worker_death="replace", setup=f'cat(Sys.getpid(), "\\n", file = "{log}", append = TRUE)')
+    first = pool.submit(PID).result(timeout=WAIT)
+    assert set(children_of(os.getpid())) == {first}
+    assert isinstance(pool.submit("function() quit(status = 3)").exception(timeout=WAIT), mizu.WorkerDied)
+    second = pool.submit(PID).result(timeout=WAIT)
+    spare = _spare(pool)
+    assert spare not in (first, second)
+    assert isinstance(pool.submit("function() quit(status = 3)").exception(timeout=WAIT), mizu.WorkerDied)
+    assert pool.submit(PID).result(timeout=WAIT) == spare
+    assert [int(line) for line in log.read_text().split()] == [first, second, spare]
+    following = _spare(pool)
+    pool.shutdown()
+    exit_all([spare, following], WAIT)
 
 
 @pytest.mark.parametrize("worker_death", [None, "break"])

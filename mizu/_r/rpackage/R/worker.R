@@ -12,6 +12,17 @@ worker <- function(segment_fd, task_ring, result_ring, socket_fd, index, client_
                     as.double(max_memory), script))
 }
 
+# A spare of an R pool: started ahead of need, it waits for the index of the
+# worker it is to be (which the pool writes to its socket), then is that
+# worker; task_rings holds the offsets of every worker's task ring. It
+# returns, doing nothing, once the client shuts its socket down or exits.
+spare <- function(segment_fd, task_rings, result_ring, socket_fd, client_pid, max_tasks = 0, max_memory = 0,
+                  setup = NULL) {
+    index <- .Call(C_wait_for_index, as.integer(socket_fd), as.integer(client_pid))
+    if (index < 0L || index >= length(task_rings)) return(invisible(NULL))
+    worker(segment_fd, task_rings[index + 1L], result_ring, socket_fd, index, client_pid, max_tasks, max_memory, setup)
+}
+
 # The text an exiting worker sends when its setup script fails: R's
 # traceback, then a last line as a Python traceback ends, for the message
 # of the pool that breaks.

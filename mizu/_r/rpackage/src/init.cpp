@@ -10,10 +10,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "altrep.h"
 #include "evaluate.h"
+#include "liveness.hpp"
 #include "unwind.h"
 #include "values.h"
 #include "worker.h"
@@ -267,6 +269,23 @@ SEXP mizu_worker(SEXP segment_fd, SEXP task_ring, SEXP result_ring, SEXP socket_
     });
 }
 
+// wait_for_index(socket_fd, client_pid): a spare's wait for the index of the
+// worker it is to be (PeerWatch::wait_for_index); -1 once it will get none.
+SEXP mizu_wait_for_index(SEXP socket_fd, SEXP client_pid) {
+    int fd = Rf_asInteger(socket_fd);
+    pid_t pid = pid_t(Rf_asInteger(client_pid));
+    long index = -1;
+    entry([&] {
+        try {
+            index = mizu::PeerWatch(pid).wait_for_index(fd);
+        } catch (const std::system_error& e) {
+            if (e.code().value() != ESRCH) throw;   // no client: it has exited
+        }
+        return R_NilValue;
+    });
+    return Rf_ScalarInteger(int(index));
+}
+
 // serve(handle): one session of the worker loop (worker.h).
 SEXP mizu_serve(SEXP handle) {
     return entry([&] { return serve_worker(handle); });
@@ -275,6 +294,7 @@ SEXP mizu_serve(SEXP handle) {
 static const R_CallMethodDef routines[] = {
     {"worker", routine(mizu_worker), 9},
     {"serve", routine(mizu_serve), 1},
+    {"wait_for_index", routine(mizu_wait_for_index), 2},
     {"decode", routine(mizu_decode), 3},
     {"encode", routine(mizu_encode), 2},
     {"block_view", routine(mizu_block_view), 8},
