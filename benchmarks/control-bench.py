@@ -14,6 +14,10 @@ the [test] extra):
   them, the time a fresh concurrent.futures.ProcessPoolExecutor(1) of the
   same start method takes from its construction to its first result: what
   starting one worker costs the stdlib.
+- With --r, the replacement row for an R pool (mizu.RExecutor, which
+  pebble has no counterpart of): an R call writes R's clock and quits, the
+  next one, queued behind it, returns R's clock as it starts; against it, a
+  fresh RExecutor(1) from its construction to its first result.
 - The round trip of a trivial task, submit(f).result(), with and without a
   deadline (60 s, never reached), in alternating batches on one pool: where
   the scheduler puts a pool's worker (on the client's CPU or not) can move a
@@ -27,7 +31,7 @@ as it moves every number here.
 While it runs, it names on stderr each row and pool as it measures them;
 --json also writes every sample to a file.
 
-Usage: python benchmarks/control-bench.py [--repeats N] [--method METHOD] [--quick] [--json PATH [--note TEXT]]
+Usage: python benchmarks/control-bench.py [--repeats N] [--method METHOD] [--r] [--quick] [--json PATH [--note TEXT]]
 """
 
 import concurrent.futures as cf
@@ -156,6 +160,40 @@ def replacement_first_task(kind, context, repeats, tmp, apart):
         pool.close()
 
 
+# R's clock, in seconds, written to a file before the call quits; and as the next call starts.
+R_NOTE_TIME_THEN_QUIT = 'function(path) { cat(format(as.numeric(Sys.time()), digits = 17), file = path); quit(status = 3) }'
+R_STARTED_AT = "function() as.numeric(Sys.time())"
+
+
+def r_replacement_first_call(repeats, tmp, apart):
+    """Seconds from an R worker's quit() to the start of the next call, on its replacement; deaths `apart` s apart."""
+    pool = mizu.RExecutor(1, worker_death="replace")
+    try:
+        pool.submit(R_STARTED_AT).result()
+        samples = []
+        for i in range(repeats):
+            time.sleep(apart)
+            path = os.path.join(tmp, f"r-death-{apart}-{i}")
+            dying = pool.submit(R_NOTE_TIME_THEN_QUIT, path)
+            start = pool.submit(R_STARTED_AT).result()
+            assert dying.exception() is not None, "the R worker did not die"
+            samples.append(start - _read_time(path))
+        return samples
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def r_first_result(repeats):
+    """Seconds from constructing mizu.RExecutor(1) to its first result."""
+    samples = []
+    for _ in range(repeats):
+        start = time.monotonic()
+        with mizu.RExecutor(1) as pool:
+            pool.submit(R_STARTED_AT).result()
+            samples.append(time.monotonic() - start)
+    return samples
+
+
 def stdlib_first_result(context, repeats):
     """Seconds from constructing concurrent.futures.ProcessPoolExecutor(1) to its first result."""
     samples = []
@@ -196,6 +234,7 @@ def main(argv=None):
                            "fewer tasks and runs, for a smoke test")
     # A pool with a control that replaces workers refuses fork, and takes forkserver in place of a default fork.
     default = "forkserver" if multiprocessing.get_start_method() == "fork" else multiprocessing.get_start_method()
+    parser.add_argument("--r", action="store_true", help="also the replacement row for an R pool")
     parser.add_argument("--method", default=default, choices=[m for m in multiprocessing.get_all_start_methods()
                                                               if m != "fork"],
                         help=f"the start method of every pool (default {default})")
@@ -228,6 +267,20 @@ def main(argv=None):
                            for row in ("replacement", "replacement, deaths apart")
                            if (samples := rows.get((row, name))) is not None)
             print(f"  {name:<8}{line}")
+        if args.r:
+            print(f"an R worker's quit() to the next call's start on its replacement (ms), median of {repeats} (min, "
+                  f"max), deaths back to back and {APART} s apart; a fresh RExecutor(1) from its construction to its "
+                  f"first result")
+            for row, apart in (("R replacement", 0.0), ("R replacement, deaths apart", APART)):
+                record.progress(row)
+                rows[(row, "mizu")] = r_replacement_first_call(repeats, tmp, apart)
+            record.progress("first result of a fresh RExecutor(1)")
+            rows[("R replacement", "fresh")] = r_first_result(repeats)
+            for name in ("mizu", "fresh"):
+                line = "".join(f"{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})"
+                               for row in ("R replacement", "R replacement, deaths apart")
+                               if (samples := rows.get((row, name))) is not None)
+                print(f"  {name:<8}{line}")
     print(f"round trip of a trivial task (us, median of {batches} batches of {n}): without a deadline, with one, "
           f"with/without")
     for kind in KINDS:
