@@ -98,23 +98,24 @@ bool PeerWatch::any_exited(const PeerWatch* const* peers, std::size_t n) {
 long PeerWatch::wait_for_index(int socket_fd) const {
     pollfd fds[2] = {{socket_fd, POLLIN, 0}, {fd_, POLLIN, 0}};
     const nfds_t n = fd_ >= 0 ? 2 : 1;
-    for (;;) {
+    unsigned char bytes[4];
+    std::size_t got = 0;
+    while (got < sizeof bytes) {
         // Without a descriptor to poll (the kill(pid, 0) fallback), the process is asked once a second.
         int ready = poll(fds, n, n == 2 ? -1 : 1000);
         if (ready < 0) {
             if (errno == EINTR) continue;
             throw std::system_error(errno, std::generic_category(), "poll");
         }
-        if (fds[0].revents != 0) break;
-        if (n == 2 ? fds[1].revents != 0 : !alive()) return -1;
-    }
-    unsigned char bytes[4];
-    std::size_t got = 0;
-    while (got < sizeof bytes) {
+        if (fds[0].revents == 0) {
+            if (n == 2 ? fds[1].revents != 0 : !alive()) return -1;
+            continue;
+        }
         ssize_t r = recv(socket_fd, bytes + got, sizeof bytes - got, 0);
         if (r == 0 || (r < 0 && errno == ECONNRESET)) return -1;
         if (r < 0) {
-            if (errno == EINTR) continue;
+            // A socket made non-blocking may have nothing yet after all.
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
             throw std::system_error(errno, std::generic_category(), "recv");
         }
         got += std::size_t(r);

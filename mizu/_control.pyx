@@ -253,6 +253,9 @@ cdef class Controller(Collector):
                 self.close_ended([(worker, running, error, max(0.0, (now_ns() - at) * 1e-9))])
         self.dispatch()   # what it had queued, to the other workers
         # A pool that lost one worker will likely lose another: the next
-        # successor is started ahead, once this one has its first task.
-        self.launcher.keep_spare([w.ring for w in self.roster], self.results)
+        # successor is started ahead, once this one is sent what it runs
+        # first. Not for a pool that is ending, or that started none.
+        if (worker.watch is not None and self.broken is None and not self.shutting_down and not self.forced
+                and self.collected is None):
+            self.launcher.keep_spare([w.ring for w in self.roster], self.results)
 

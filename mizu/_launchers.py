@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import socket
 import threading
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -110,8 +111,13 @@ class KeepsSpare:
         """Start worker `index` on the rings tasks and results: the spare if there is one; (process, channel)."""
         with self._spare_lock:
             # One being started is further on than a process started now.
-            self._spare_lock.wait_for(lambda: self._spare is not _STARTING)
-            spare, self._spare = self._spare, None
+            # The wait is bounded: the thread starting it runs Python code,
+            # whose garbage collection may run a finalizer that needs a lock
+            # the caller holds.
+            if self._spare_lock.wait_for(lambda: self._spare is not _STARTING, _SPARE_WAIT):
+                spare, self._spare = self._spare, None
+            else:
+                spare = None
         if spare is not None:
             process, channel = spare
             try:
@@ -150,8 +156,11 @@ class KeepsSpare:
                 self._spare_lock.notify_all()
             return
         with self._spare_lock:
-            self._spare = spare
+            closed = self._closed
+            self._spare = None if closed else spare
             self._spare_lock.notify_all()
+        if closed:
+            _end(*spare)
 
     def close(self):
         """See Launcher.close. In a child forked from the pool's process, forget the spare, which is the parent's."""
@@ -161,8 +170,10 @@ class KeepsSpare:
             return
         with self._spare_lock:
             self._closed = True
-            self._spare_lock.wait_for(lambda: self._spare is not _STARTING)
-            spare, self._spare = self._spare, None
+            # One still starting is ended by the thread starting it.
+            spare = self._spare if isinstance(self._spare, tuple) else None
+            if spare is not None:
+                self._spare = None
         if spare is not None:
             _end(*spare)
 
@@ -243,7 +254,8 @@ class MultiprocessingLauncher(KeepsSpare):
 
 _STARTING = "starting"
 _INDEX_BYTES = 4
-_SPARE_GRACE = 1.0   # seconds a spare has to exit once its channel is closed
+_SPARE_WAIT = 1.0    # seconds a launch waits for a spare being started before it starts a process itself
+_SPARE_GRACE = 0.1   # seconds a spare has to exit once its channel is shut down (it has run no task)
 
 
 def _spare_main(rings, results, channel, client_pid, *setup):
@@ -254,10 +266,14 @@ def _spare_main(rings, results, channel, client_pid, *setup):
     shutting its end of the channel down (the pool closed), or exiting,
     ends it.
     """
+    # A Ctrl-C at a terminal reaches the whole process group: it would kill
+    # the spare as soon as it took a worker's place.
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         index = PeerWatch(client_pid).wait_for_index(channel.fileno())
     except ProcessLookupError:
         return
+    signal.signal(signal.SIGINT, interrupt)
     if index < 0 or index >= len(rings):
         return
     multiprocessing.current_process().name = MultiprocessingLauncher.worker_name.format(index)

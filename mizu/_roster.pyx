@@ -306,28 +306,32 @@ cdef class Roster:
         of the pool's (release) meanwhile.
         """
         cdef Worker worker
-        self.launcher.close()
         parts = [(worker.ring, worker.process, worker.channel) for worker in self.roster]
         procs = [proc for _, proc, _ in parts if proc is not None]
-        for worker in self.roster:
-            if worker.ending and worker.process is not None:
-                # Ended by the pool (mizu._control), and maybe ignoring SIGTERM.
-                signal_process(worker.process, "kill")
-        for ring, _, _ in parts:
-            if ring is not None:
-                ring.close()
-        if kill is not None:
-            for proc in procs:
-                signal_process(proc, kill)
-            deadline = _monotonic() + _GRACE
-            for proc in procs:
-                proc.join(max(0.0, deadline - _monotonic()))
-                # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
-                signal_process(proc, "kill")
-        for _, proc, channel in parts:
-            if proc is not None:
-                proc.join()
-                channel.close()
+        try:
+            for worker in self.roster:
+                if worker.ending and worker.process is not None:
+                    # Ended by the pool (mizu._control), and maybe ignoring SIGTERM.
+                    signal_process(worker.process, "kill")
+            for ring, _, _ in parts:
+                if ring is not None:
+                    ring.close()
+            if kill is not None:
+                for proc in procs:
+                    signal_process(proc, kill)
+                deadline = _monotonic() + _GRACE
+                for proc in procs:
+                    proc.join(max(0.0, deadline - _monotonic()))
+                    # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
+                    signal_process(proc, "kill")
+            for _, proc, channel in parts:
+                if proc is not None:
+                    proc.join()
+                    channel.close()
+        finally:
+            # Its spare, if it keeps one, once the workers are told to end:
+            # an exception in between (Ctrl-C) must not leave it running.
+            self.launcher.close()
 
     cdef take_back(self, Worker worker):
         """Put every task sent to worker, whose process has exited, back in `pending`; its ring starts afresh.

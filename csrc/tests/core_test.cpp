@@ -1406,9 +1406,10 @@ void die_with_peer() {
     close(watching[0]);
 }
 
-// A spare's wait for its index: the 4 bytes written, in two pieces and
-// after a signal; -1 once the other end is shut down (a forked copy of it
-// open or not), and once the watched process has exited.
+// A spare's wait for its index: the 4 bytes written in two pieces, on a
+// blocking and on a non-blocking socket; -1 once the other end is shut
+// down (a forked copy of it open or not), and once the watched process has
+// exited.
 void spare_indexes() {
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
@@ -1421,6 +1422,15 @@ void spare_indexes() {
     });
     CHECK(self.wait_for_index(pair[0]) == 0x030201);
     writer.join();
+    CHECK(fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK) == 0);
+    std::thread second([&] {
+        const unsigned char bytes[] = {0x07, 0x00, 0x00, 0x00};
+        CHECK(write(pair[1], bytes, 2) == 2);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CHECK(write(pair[1], bytes + 2, 2) == 2);
+    });
+    CHECK(self.wait_for_index(pair[0]) == 7);
+    second.join();
     pid_t holder = fork();
     if (holder == 0) {
         pause();

@@ -16,6 +16,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
 
@@ -336,6 +337,44 @@ def test_a_spare_that_died_waiting_is_passed_over(tmp_path):
         _dies(ex)
         assert sorted(ex.map(children.double, range(8), timeout=WAIT)) == list(range(0, 16, 2))
         assert spare not in _full(ex)
+    assert multiprocessing.active_children() == []
+
+
+def _waits_for_its_place(pid):
+    """Return once the spare pid waits for its index (its main thread sleeps in poll); fails after WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        with open(f"/proc/{pid}/wchan") as file:
+            if "poll" in file.read():
+                return
+        assert time.monotonic() < deadline, f"the spare {pid} never waited for its place"
+        time.sleep(0.005)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+def test_a_spare_that_got_ctrl_c_while_waiting_still_takes_the_next_place():
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, worker_death="replace") as ex:
+        ex.submit(os.getpid).result(timeout=WAIT)
+        _dies(ex)
+        spare = _spare(ex)
+        _waits_for_its_place(spare)
+        os.kill(spare, signal.SIGINT)
+        _dies(ex)
+        assert ex.submit(os.getpid).result(timeout=WAIT) == spare
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("end", ["shutdown", *(pytest.param(name, marks=pytest.mark.skipif(
+    sys.version_info < (3, 14), reason="the stdlib's pool has it from 3.14")) for name in ("terminate_workers",
+                                                                                          "kill_workers"))])
+def test_a_pool_ended_as_it_replaces_a_worker_leaves_no_process(end):
+    ex = mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace")
+    ex.submit(os.getpid).result(timeout=WAIT)
+    dying = ex.submit(os._exit, 3)
+    if end == "shutdown":
+        assert isinstance(dying.exception(timeout=WAIT), mizu.WorkerDied)
+    getattr(ex, end)()
+    ex.shutdown()
     assert multiprocessing.active_children() == []
 
 

@@ -55,6 +55,7 @@ def test_killed_client_leaves_no_worker_and_no_shared_memory(client, tmp_path, s
     assert shm_entries() - before == set()
 
 
+@linux_only
 def test_a_killed_client_leaves_no_spare(client):
     """A pool that replaced a worker keeps a spare process, waiting to be its next worker: it ends with the client."""
     c = client(executor_children.client_with_a_spare)
