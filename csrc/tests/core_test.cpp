@@ -1414,23 +1414,20 @@ void spare_indexes() {
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
     PeerWatch self(getpid());
-    std::thread writer([&] {
-        const unsigned char bytes[] = {0x01, 0x02, 0x03, 0x00};
-        CHECK(write(pair[1], bytes, 1) == 1);
+    // Writes index's 4 bytes to the other end, the first `first` of them 20 ms before the rest.
+    auto send_in_two = [&](uint32_t index, ssize_t first) {
+        const unsigned char bytes[] = {uint8_t(index), uint8_t(index >> 8), uint8_t(index >> 16),
+                                       uint8_t(index >> 24)};
+        CHECK(write(pair[1], bytes, std::size_t(first)) == first);
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        CHECK(write(pair[1], bytes + 1, 3) == 3);
-    });
-    CHECK(self.wait_for_index(pair[0]) == 0x030201);
-    writer.join();
-    CHECK(fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK) == 0);
-    std::thread second([&] {
-        const unsigned char bytes[] = {0x07, 0x00, 0x00, 0x00};
-        CHECK(write(pair[1], bytes, 2) == 2);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        CHECK(write(pair[1], bytes + 2, 2) == 2);
-    });
-    CHECK(self.wait_for_index(pair[0]) == 7);
-    second.join();
+        CHECK(write(pair[1], bytes + first, std::size_t(4 - first)) == 4 - first);
+    };
+    for (int blocking : {1, 0}) {
+        if (!blocking) CHECK(fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK) == 0);
+        std::thread writer(send_in_two, blocking ? 0x030201u : 7u, blocking ? 1 : 2);
+        CHECK(self.wait_for_index(pair[0]) == (blocking ? 0x030201 : 7));
+        writer.join();
+    }
     pid_t holder = fork();
     if (holder == 0) {
         pause();
