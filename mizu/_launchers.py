@@ -105,6 +105,7 @@ class KeepsSpare:
         self._spare_lock = threading.Condition(threading.Lock())
         self._spare = None   # None, _STARTING, or (process, channel) of a process waiting for its index
         self._closed = False
+        self._given_up = False   # close() stopped waiting for a spare being started: its thread ends it
         self._owner = os.getpid()
 
     def launch(self, index, tasks, results):
@@ -156,10 +157,11 @@ class KeepsSpare:
                 self._spare_lock.notify_all()
             return
         with self._spare_lock:
-            closed = self._closed
-            self._spare = None if closed else spare
+            # Once closed, a close() that still waits takes it.
+            given_up = self._given_up
+            self._spare = None if given_up else spare
             self._spare_lock.notify_all()
-        if closed:
+        if given_up:
             _end(*spare)
 
     def close(self):
@@ -170,10 +172,10 @@ class KeepsSpare:
             return
         with self._spare_lock:
             self._closed = True
-            # One still starting is ended by the thread starting it.
-            spare = self._spare if isinstance(self._spare, tuple) else None
-            if spare is not None:
-                self._spare = None
+            if not self._spare_lock.wait_for(lambda: self._spare is not _STARTING, _SPARE_WAIT):
+                self._given_up = True
+                return
+            spare, self._spare = self._spare, None
         if spare is not None:
             _end(*spare)
 
@@ -254,7 +256,7 @@ class MultiprocessingLauncher(KeepsSpare):
 
 _STARTING = "starting"
 _INDEX_BYTES = 4
-_SPARE_WAIT = 1.0    # seconds a launch waits for a spare being started before it starts a process itself
+_SPARE_WAIT = 1.0    # seconds a launch, or close, waits for a spare being started
 _SPARE_GRACE = 0.1   # seconds a spare has to exit once its channel is shut down (it has run no task)
 
 
