@@ -228,6 +228,13 @@ def _ms(seconds):
     return f"{seconds * 1e3:.1f}"
 
 
+def _print_replacements(rows, name, row_names):
+    """One line for pool `name`: median (min, max) of each of its rows among row_names."""
+    line = "".join(f"{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})"
+                   for row in row_names if (samples := rows.get((row, name))) is not None)
+    print(f"  {name:<8}{line}")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = record.parser(__doc__.splitlines()[0], 20, "deaths, and stdlib pools started (default 20)",
@@ -263,10 +270,7 @@ def main(argv=None):
         record.progress("first result of a fresh ProcessPoolExecutor(1)")
         rows[("replacement", "stdlib")] = stdlib_first_result(context, repeats)
         for name in (*(kind.name for kind in KINDS), "stdlib"):
-            line = "".join(f"{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})"
-                           for row in ("replacement", "replacement, deaths apart")
-                           if (samples := rows.get((row, name))) is not None)
-            print(f"  {name:<8}{line}")
+            _print_replacements(rows, name, ("replacement", "replacement, deaths apart"))
         if args.r:
             print(f"an R worker's quit() to the next call's start on its replacement (ms), median of {repeats} (min, "
                   f"max), deaths back to back and {APART} s apart; a fresh RExecutor(1) from its construction to its "
@@ -277,10 +281,7 @@ def main(argv=None):
             record.progress("first result of a fresh RExecutor(1)")
             rows[("R replacement", "fresh")] = r_first_result(repeats)
             for name in ("mizu", "fresh"):
-                line = "".join(f"{_ms(statistics.median(samples)):>8} ({_ms(min(samples))}, {_ms(max(samples))})"
-                               for row in ("R replacement", "R replacement, deaths apart")
-                               if (samples := rows.get((row, name))) is not None)
-                print(f"  {name:<8}{line}")
+                _print_replacements(rows, name, ("R replacement", "R replacement, deaths apart"))
     print(f"round trip of a trivial task (us, median of {batches} batches of {n}): without a deadline, with one, "
           f"with/without")
     for kind in KINDS:

@@ -344,8 +344,6 @@ def client_with_a_spare():
     killed."""
     import multiprocessing
 
-    import mizu
-
     ex = _executor("mizu-replacing")
     ex.submit(os._exit, 3).exception()
     workers = sorted(ex._processes)
