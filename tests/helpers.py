@@ -254,24 +254,27 @@ def settle_one_in_ten_overrunning(submit, n, tally, timeout):
     return pids
 
 
-def process_group(pgid):
-    """The live processes of a process group; a zombie has exited."""
+def _live_processes(field, value):
+    """The pids of the live processes (a zombie has exited) whose process_state()[field] is value."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             stat = process_state(int(entry))
-            if stat is not None and stat[2] == pgid and stat[0] != "Z":
+            if stat is not None and stat[field] == value and stat[0] != "Z":
                 found.append(int(entry))
     return found
 
 
+def process_group(pgid):
+    """The live processes of a process group."""
+    return _live_processes(2, pgid)
+
+
 def children_of(pid):
-    """The pids of the processes whose parent is pid (Linux)."""
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as file:
-            found.extend(int(child) for child in file.read().split())
-    return found
+    """The pids of the live processes whose parent is pid (Linux).
+    Read from each process's stat: a thread's children file vanishes with the thread, and its children
+    move to another thread of the process."""
+    return _live_processes(1, pid)
 
 
 def exit_all(pids, timeout):
