@@ -163,6 +163,14 @@ def wait_until_blocked(pid, timeout=60):
         time.sleep(0.002)
 
 
+def wait_until(condition, timeout, what):
+    """Return once condition() is true; fails after timeout seconds, saying what never came."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never came"
+        time.sleep(0.002)
+
+
 def announced_pid(path, timeout=60):
     """The pid a task wrote to path with children.announce, once it has; fails after timeout seconds."""
     deadline = time.monotonic() + timeout

@@ -273,9 +273,12 @@ def announce_then_sleep_in_c(path, seconds):
 
 
 def announce_then_end(path, how):
-    """Announce, then end this worker: os._exit(3) ("exit"), a null pointer read ("segfault"), or wait for the
-    test's SIGKILL ("killed")."""
+    """Announce, wait for the file path + ".end", then end this worker: os._exit(3) ("exit"), a null pointer read
+    ("segfault"), or wait for the test's SIGKILL ("killed")."""
     announce(path)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path + ".end") and time.monotonic() < deadline:
+        time.sleep(0.002)
     if how == "exit":
         os._exit(3)
     if how == "segfault":

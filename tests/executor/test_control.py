@@ -27,7 +27,7 @@ import children
 import executor_children
 import mizu
 from helpers import (announced_pid, assert_stops, exit_all, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced)
+                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced, wait_until)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -248,6 +248,10 @@ def test_a_worker_that_dies_mid_task_fails_only_its_task(oracle, tmp_path, how, 
     dying = pool.submit(executor_children.announce_then_end, marker, how)
     others = _others(pool, tally)
     victim = announced_pid(marker)
+    # The worker ends only once the pool counts the task as running: pebble's pool, told of a death before the
+    # worker's note that it took the task, fails the task with "All workers expired" instead.
+    wait_until(dying.running, WAIT, "the task's running state")
+    open(marker + ".end", "w").close()
     if how == "killed":
         os.kill(victim, signal.SIGKILL)
     error = dying.exception(timeout=WAIT)
