@@ -47,22 +47,28 @@ def test_wait_times_out_with_the_pending_futures_not_done(one, tmp_path):
     assert done == {slow, quick} and not not_done and quick.result() == 2
 
 
-def test_wait_first_completed_returns_once_one_is_done(one):
-    futures = [one.submit(children.nap, 0.05)] + [one.submit(children.nap, 2.0)]
+def test_wait_first_completed_returns_once_one_is_done(one, tmp_path):
+    gate = str(tmp_path / "gate")   # opened once the waits are over: the second is not done before
+    futures = [one.submit(children.nap, 0.05)] + [one.submit(children.wait_for_file, gate)]
     done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_COMPLETED)
     assert done == {futures[0]} and not_done == {futures[1]}
     done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_COMPLETED)
     assert futures[0] in done
+    open(gate, "w").close()
+    assert futures[1].result(timeout=60) > 0
 
 
-def test_wait_first_exception_returns_at_the_first_failure(one):
+def test_wait_first_exception_returns_at_the_first_failure(one, tmp_path):
+    gate = str(tmp_path / "gate")   # opened once the waits are over: the third is not done before
     futures = [one.submit(children.double, 1), one.submit(executor_children.raise_runtime, "x"),
-               one.submit(children.nap, 2.0)]
+               one.submit(children.wait_for_file, gate)]
     done, not_done = cf.wait(futures, timeout=60, return_when=cf.FIRST_EXCEPTION)
     assert done == set(futures[:2]) and not_done == {futures[2]}
     assert isinstance(futures[1].exception(), RuntimeError)
     done, not_done = cf.wait(futures[:1], timeout=60, return_when=cf.FIRST_EXCEPTION)
     assert done == {futures[0]}
+    open(gate, "w").close()
+    assert futures[2].result(timeout=60) > 0
 
 
 def test_as_completed_yields_each_future_once_as_it_ends(one):
