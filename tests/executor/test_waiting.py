@@ -71,11 +71,19 @@ def test_wait_first_exception_returns_at_the_first_failure(one, tmp_path):
     assert futures[2].result(timeout=60) > 0
 
 
-def test_as_completed_yields_each_future_once_as_it_ends(one):
+def test_as_completed_yields_each_future_once_as_it_ends(one, tmp_path):
+    gate, go = str(tmp_path / "gate"), threading.Event()
     with cf.ThreadPoolExecutor(1) as threads:
-        other = threads.submit(time.sleep, 0.05)
-        futures = [one.submit(children.double, i) for i in range(30)] + [one.submit(children.nap, 0.1), other]
-        seen = list(cf.as_completed(futures + futures[:5], timeout=60))
+        # `other` ends once as_completed waits (it has yielded one), and the pool's last task only after that: the
+        # gate opens in a callback of `other`, which runs once its waiters have been told.
+        other = threads.submit(go.wait, 60)
+        other.add_done_callback(lambda f: open(gate, "w").close())
+        futures = [one.submit(children.double, i) for i in range(30)] + [one.submit(children.wait_for_file, gate),
+                                                                         other]
+        seen = []
+        for future in cf.as_completed(futures + futures[:5], timeout=60):
+            seen.append(future)
+            go.set()
     assert len(seen) == len(futures) and set(seen) == set(futures)
     assert seen.index(futures[30]) > seen.index(other)
 
