@@ -88,13 +88,18 @@ def test_as_completed_yields_each_future_once_as_it_ends(one, tmp_path):
     assert seen.index(futures[30]) > seen.index(other)
 
 
-def test_as_completed_times_out_naming_the_unfinished(one):
-    futures = [one.submit(children.double, 1), one.submit(children.nap, 2.0)]
+def test_as_completed_times_out_naming_the_unfinished(one, tmp_path):
+    gate = str(tmp_path / "gate")
+    futures = [one.submit(children.double, 1), one.submit(children.wait_for_file, gate)]
+    # The first is done before the wait begins, however long the worker takes to start.
+    cf.wait(futures[:1], timeout=60)
     yielded = []
     with pytest.raises(cf.TimeoutError, match=r"1 \(of 2\) futures unfinished"):
         for f in cf.as_completed(futures, timeout=0.5):
             yielded.append(f)
     assert yielded == [futures[0]]
+    open(gate, "w").close()
+    assert futures[1].result(timeout=60) > 0
 
 
 def test_callbacks_run_in_order_once_each_before_and_after_the_end(one):
