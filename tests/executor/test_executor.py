@@ -522,11 +522,27 @@ def test_a_task_arguments_are_released_when_it_ends(executor_type):
         del kept
 
 
+def _counted_idle(ex):
+    """Return once the pool counts the worker of the task settled last as idle.
+
+    mizu counts it before it settles the future; the stdlib's manager
+    thread only after (it releases its idle semaphore once the result is
+    set), so a submit right after result() may find no worker idle there.
+    """
+    if isinstance(ex, mizu.ProcessPoolExecutor):
+        return
+    deadline = time.monotonic() + 60
+    while not ex._idle_worker_semaphore._value:
+        assert time.monotonic() < deadline, "the stdlib's pool never counted its worker idle"
+        time.sleep(0.001)
+
+
 def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type, start_method, tmp_path):
     gate = str(tmp_path / "gate")
     with executor_type(4, mp_context=multiprocessing.get_context(start_method)) as ex:
         for x in range(3):
             assert ex.submit(children.double, x).result(timeout=60) == 2 * x
+            _counted_idle(ex)
         one_by_one = len(ex._processes)
         # Tasks that find no worker idle, however long the starts take.
         blocked = [ex.submit(children.wait_for_file, gate) for _ in range(6)]
