@@ -220,15 +220,17 @@ def test_stopping_a_done_future_returns_false_and_keeps_its_result(oracle):
 
 @pytest.mark.parametrize("kind", ["mizu", "stdlib"])
 def test_cancel_keeps_the_stdlib_meaning_beside_a_deadline(tmp_path, kind):
-    marker = str(tmp_path / "running")
+    marker, gate = str(tmp_path / "running"), tmp_path / "gate"
     ex = mizu.ProcessPoolExecutor(1, task_timeout=WAIT) if kind == "mizu" else cf.ProcessPoolExecutor(1)
     with ex:
-        running = ex.submit(children.announce_then_nap, marker, 0.5)
+        # Held at the gate, however late this thread looks: the queued tasks wait behind it.
+        running = ex.submit(executor_children.announce_then_wait, marker, str(gate))
         queued = [ex.submit(children.double, i) for i in range(8)]
-        announced_pid(marker)
+        worker = announced_pid(marker)
         assert running.cancel() is False
         assert queued[-1].cancel() is True
-        assert running.result(timeout=WAIT) == 0.5
+        gate.touch()
+        assert running.result(timeout=WAIT) == worker
         assert [f.result(timeout=WAIT) for f in queued[:-1]] == [2 * i for i in range(7)]
         assert queued[-1].cancelled()
 
