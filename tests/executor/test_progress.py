@@ -242,11 +242,15 @@ def test_the_bar_moves_while_the_first_task_is_still_running(mizu_pool, tmp_path
         return [(int(n), int(total)) for n, total in re.findall(r"(\d+)/(\d+)", out.getvalue())]
 
     def open_the_gate():
-        # Once the bar has drawn the other tasks done (or after a minute), and a second after the map began.
-        started = time.monotonic()
-        while not any(n >= 50 for n, _ in drawn()) and time.monotonic() < started + 60:
+        # Once the bar has drawn the other tasks done (or after a minute), and a second after the map began: after
+        # the bar first appeared, as this thread may start well before the map does.
+        deadline = time.monotonic() + 60
+        while not drawn() and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(max(0.0, started + 1.1 - time.monotonic()))
+        began = time.monotonic()
+        while not any(n >= 50 for n, _ in drawn()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(max(0.0, began + 1.1 - time.monotonic()))
         gate.touch()
 
     opener = threading.Thread(target=open_the_gate)
