@@ -89,6 +89,10 @@ def test_an_error_is_raised_with_the_workers_traceback(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_timeout_stops_the_stuck_task_and_the_next_loop_runs(backend, tmp_path):
     started = tmp_path / "started"
+    with parallel_config(backend=backend, n_jobs=2):
+        # The loop to time out finds the pool's workers up: started on its clock, they might not run its task
+        # within the 3 s on a loaded machine, and there would be no stuck task to stop.
+        assert Parallel()(delayed(children.double)(i) for i in range(4)) == [0, 2, 4, 6]
     start = time.monotonic()
     with pytest.raises(multiprocessing.TimeoutError), parallel_config(backend=backend, n_jobs=2):
         Parallel(timeout=3)(delayed(children.announce_then_nap)(str(started), 60) for _ in range(1))
