@@ -181,6 +181,19 @@ def announced_pid(path, timeout=60):
         return int(f.read())
 
 
+def workers_up(pool, folder, n):
+    """The pids of n workers of pool, once each runs a task at the same time: each task waits at a gate (in folder)
+    until all have started, so n workers are up, however long a loaded machine took to start them."""
+    import executor_children
+
+    gate = os.path.join(folder, "all-up")
+    held = [pool.submit(executor_children.announce_then_wait, os.path.join(folder, f"up-{i}"), gate) for i in range(n)]
+    pids = {announced_pid(os.path.join(folder, f"up-{i}")) for i in range(n)}
+    open(gate, "w").close()
+    assert {future.result(timeout=60) for future in held} == pids and len(pids) == n
+    return pids
+
+
 def tallies(path):
     """How many times each task started, by the value it appended to path as the first word of a line (tasks that
     tally their starts write "value pid")."""

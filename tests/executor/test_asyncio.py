@@ -23,7 +23,7 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import tallies
+from helpers import tallies, workers_up
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -312,11 +312,11 @@ def test_amap_unordered_yields_a_fast_call_before_a_slow_one_before_it(run_loop,
             open(gate, "w").close()   # the slow call ends only once a value has come
         return found
 
-    # Both workers up before the map (fork starts every worker at the first
-    # submit), so that the fast call has one of its own: what is checked is
-    # the order of delivery, not how soon the pool starts a worker.
+    # Both workers up before the map, so that the fast call has one of its
+    # own: what is checked is the order of delivery, not how soon the pool
+    # starts a worker.
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
-        assert len(set(pool.map(children.nap_then_pid, [0.5, 0.5]))) == 2
+        workers_up(pool, str(tmp_path), 2)
         fast, slow = run_loop(main(pool))
     assert fast == "fast" and isinstance(slow, int)
 

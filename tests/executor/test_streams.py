@@ -20,9 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import children
-import executor_children
 import mizu
-from helpers import announced_pid
+from helpers import workers_up
 from streams_children import SETTLE, calls_started, check_bound, gated, open_gate, started
 
 @pytest.mark.stdlib_oracle_from((3, 14))   # map's buffersize
@@ -113,14 +112,9 @@ def test_a_call_that_raised_ends_an_unordered_map_at_its_turn_in_completion_orde
 
 
 def test_an_unordered_map_times_out_from_the_call_to_map(mizu_pool, tmp_path):
-    # Both workers up first, each held by a task until both run: the call to return need not wait for a start,
-    # which a loaded machine may take the map's whole second over.
-    warm = tmp_path / "warm"
-    held = [mizu_pool.submit(executor_children.announce_then_wait, str(tmp_path / f"warming-{i}"), str(warm))
-            for i in range(2)]
-    assert len({announced_pid(str(tmp_path / f"warming-{i}")) for i in range(2)}) == 2
-    warm.touch()
-    assert len({f.result(timeout=120) for f in held}) == 2
+    # Both workers up first: the call to return need not wait for a start, which a loaded machine may take the
+    # map's whole second over.
+    workers_up(mizu_pool, str(tmp_path), 2)
     open_gate(tmp_path, 1)
     begun = time.monotonic()
     results = mizu_pool.map(gated, itertools.repeat(str(tmp_path)), range(2), ordered=False, timeout=1.0)
