@@ -373,7 +373,9 @@ def test_amap_closed_early_cancels_the_calls_not_yet_started(run_loop, tmp_path,
     tally = str(tmp_path / "tally")
 
     async def main(pool):
-        values = pool.amap(executor_children.tally_then_nap, [tally] * 50, range(50), [0.02] * 50)
+        # The first call returns at once, the others take 0.2 s each: the few that start after it (those the
+        # worker has taken, and the one it runs) leave room for a close that comes most of a second late.
+        values = pool.amap(executor_children.tally_then_nap, [tally] * 50, range(50), [0] + [0.2] * 49)
         async for first in values:
             break
         if how == "aclose":
