@@ -96,6 +96,12 @@ def test_map_shows_a_bar_counting_calls_and_the_pool_its_insights(r_library):
             2 * x for x in range(120)]
         pool.submit("function(s) { Sys.sleep(s); s }", 0.2).result()
         seen = pool.insights()
+        # Both workers started with the pool, but one may come up only after the other has run every task.
+        deadline = time.monotonic() + 60
+        while not all(w.startup is not None for w in seen.workers):
+            assert time.monotonic() < deadline, f"a worker never came up: {seen.workers}"
+            time.sleep(0.01)
+            seen = pool.insights()
     assert re.findall(r"(\d+)/(\d+)", out.getvalue())[-1] == ("120", "120")
     assert sum(w.calls for w in seen.workers) == 121 and all(w.startup is not None for w in seen.workers)
     assert seen.slowest[0].seconds >= 0.2 and seen.slowest[0].task.startswith("(function(s)")
