@@ -194,6 +194,18 @@ def workers_up(pool, folder, n):
     return pids
 
 
+def insights_all_up(pool, timeout=60):
+    """pool.insights() once every worker has come up (has a startup time): one started with the others may come up
+    only after they have run every task so far. Fails after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = pool.insights()
+        if all(worker.startup is not None for worker in seen.workers):
+            return seen
+        assert time.monotonic() < deadline, f"a worker never came up: {seen.workers}"
+        time.sleep(0.01)
+
+
 def tallies(path):
     """How many times each task started, by the value it appended to path as the first word of a line (tasks that
     tally their starts write "value pid")."""

@@ -18,7 +18,7 @@ import tqdm.contrib.concurrent
 
 import children
 import mizu
-from helpers import child_environ
+from helpers import child_environ, insights_all_up
 
 
 def final_count(text):
@@ -187,7 +187,7 @@ def test_insights_count_every_call_per_worker_and_name_the_slowest_tasks():
         list(ex.map(children.double, range(1000), chunksize=10))
         slow = ex.submit(children.nap, 0.3)
         slow.result()
-        seen = ex.insights()
+        seen = insights_all_up(ex)
         pids = set(ex._processes)
     assert len(seen.workers) == 2 and [w.index for w in seen.workers] == [0, 1]
     # The public types, by their public names.

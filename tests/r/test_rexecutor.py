@@ -21,7 +21,7 @@ import pytest
 
 import children
 import mizu
-from helpers import shm_entries
+from helpers import insights_all_up, shm_entries
 from mizu._messages import BATCH, FLAT, SINGLE
 from mizu._r import package as rpackage
 from rsession import r_oracle
@@ -95,13 +95,7 @@ def test_map_shows_a_bar_counting_calls_and_the_pool_its_insights(r_library):
         assert list(pool.map("function(x) x * 2", range(120), chunksize=9, progress={"file": out, "delay": 0})) == [
             2 * x for x in range(120)]
         pool.submit("function(s) { Sys.sleep(s); s }", 0.2).result()
-        seen = pool.insights()
-        # Both workers started with the pool, but one may come up only after the other has run every task.
-        deadline = time.monotonic() + 60
-        while not all(w.startup is not None for w in seen.workers):
-            assert time.monotonic() < deadline, f"a worker never came up: {seen.workers}"
-            time.sleep(0.01)
-            seen = pool.insights()
+        seen = insights_all_up(pool)
     assert re.findall(r"(\d+)/(\d+)", out.getvalue())[-1] == ("120", "120")
     assert sum(w.calls for w in seen.workers) == 121 and all(w.startup is not None for w in seen.workers)
     assert seen.slowest[0].seconds >= 0.2 and seen.slowest[0].task.startswith("(function(s)")
