@@ -10,6 +10,10 @@ from children import block_until_interrupted, report
 R_MARK_AND_SLEEP = ("function(directory, data) { file.create(file.path(directory, Sys.getpid())); Sys.sleep(600); "
                     "length(data) }")
 R_WAIT_FOR_FILE = "function(path) { while (!file.exists(path)) Sys.sleep(0.01); Sys.getpid() }"
+# R_WAIT_FOR_FILE, once it has created path.<pid>: this worker runs a task (executor_children's
+# announce_then_wait_for_file in R).
+R_ANNOUNCE_THEN_WAIT_FOR_FILE = ("function(path) { file.create(paste0(path, '.', Sys.getpid())); "
+                                 "while (!file.exists(path)) Sys.sleep(0.01); Sys.getpid() }")
 
 # Appends "value pid" to path as it starts (helpers.tallies counts the lines), then sleeps: executor_children's
 # tally_then_nap in R. The line is one string, so that it is one write: the workers append to the same file.
@@ -38,10 +42,13 @@ def client_with_busy_r_pool(directory):
 
 
 def client_interrupted_r(where, gate):
-    """Block in result(), map or shutdown(wait=True) on R tasks that wait for gate, until Ctrl-C; exit normally."""
+    """Block in result(), map or shutdown(wait=True) on R tasks that wait for gate, until Ctrl-C; exit normally.
+
+    Each task announces its worker (R_ANNOUNCE_THEN_WAIT_FOR_FILE).
+    """
     import mizu
 
-    block_until_interrupted(mizu.RExecutor(2), R_WAIT_FOR_FILE, where, gate,
+    block_until_interrupted(mizu.RExecutor(2), R_ANNOUNCE_THEN_WAIT_FOR_FILE, where, gate,
                             lambda ex: report(workers=_r_workers(ex)))
 
 
