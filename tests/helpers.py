@@ -150,15 +150,26 @@ def process_state(pid):
     return fields[0], int(fields[1]), int(fields[2])
 
 
-def wait_until_blocked(pid, timeout=60):
-    """Return once the main thread of pid sleeps in a blocking call (state S); fails after timeout."""
+def wait_until_blocked(pid, timeout=60, settle=0.05):
+    """Return once the main thread of pid sleeps in a blocking call (state S), and still sleeps settle seconds later;
+    fails after timeout.
+
+    On its way to a blocking call a thread may sleep a moment too (for the
+    GIL, or a lock that another thread holds briefly): by the second look it
+    has gone on, to the call or running towards it.
+    """
     stat = f"/proc/{pid}/task/{pid}/stat"
+
+    def sleeps():
+        with open(stat) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
     deadline = time.monotonic() + timeout
     while True:
-        with open(stat) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        if state == "S":
-            return
+        if sleeps():
+            time.sleep(settle)
+            if sleeps():
+                return
         assert time.monotonic() < deadline, f"process {pid} never blocked"
         time.sleep(0.002)
 
