@@ -471,14 +471,25 @@ void answered_tickets() {
 }
 
 // The producer pushes a message `delay` after `after()`; returns the
-// waiter's stats for the wait, with spin or not.
+// waiter's stats for the wait, with spin or not. For a wait expected to
+// sleep (`sleeps`), the delay counts from the waiter's announcing itself a
+// sleeper, or from a second on at the latest: however late this thread
+// comes to wait, the message is not there already (a wait that finds it
+// there neither spins nor sleeps), and a waiter that spins instead, for up
+// to its 2 s budget, still finds it while spinning.
 template <class Before>
 WaitStats wait_for_late_message(SpscRing& ring, Before after, bool spin = true,
-                                std::chrono::milliseconds delay = std::chrono::milliseconds(20)) {
+                                std::chrono::milliseconds delay = std::chrono::milliseconds(20),
+                                bool sleeps = false) {
     Waiter w;
     w.set_spin_limit_ns(2000000000);
     w.set_slice_ns(60LL * 1000000000);
     std::thread producer([&] {
+        auto latest = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        // relaxed: when to push, no more; the ring orders the message itself.
+        while (sleeps && ring.layout()->readable.sleepers.load(std::memory_order_relaxed) == 0 &&
+               std::chrono::steady_clock::now() < latest)
+            std::this_thread::yield();
         std::this_thread::sleep_for(delay);
         Reservation res;
         CHECK(ring.begin_push(4, res));
@@ -511,7 +522,8 @@ bool spins_through(SpscRing& ring) {
 void waits_without_spinning(WaitBackend backend) {
     Fixture f(4, 16, RingKind::spsc, backend);
     SpscRing ring = f.ring<SpscRing>();
-    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, false);
+    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, false,
+                                         std::chrono::milliseconds(20), true);
     CHECK(st.sleeps >= 1 && st.spin_wins == 0);
     CHECK(spins_through(ring));
 }
@@ -535,13 +547,15 @@ void waits_give_way(WaitBackend backend) {
         pin_to_cpu(0);
         contended_until_ns.store(0);
         // The late producer runs elsewhere, but the wait decides by the last notifier.
-        WaitStats st = wait_for_late_message(ring, [] {});
+        WaitStats st = wait_for_late_message(ring, [] {}, true, std::chrono::milliseconds(20), true);
         CHECK(st.spin_wins == 0 && st.sleeps >= 1);
     });
     same_cpu.join();
     // Now the notifier's CPU is the late producer's, whichever: forget it.
     ring.layout()->readable.notifier_cpu.store(-1);
-    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(now_ns() + kContendedNs); });
+    // A no-spin period far longer than kContendedNs: it must not end before this thread, however late, waits.
+    WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(now_ns() + 600 * kContendedNs); }, true,
+                                         std::chrono::milliseconds(20), true);
     CHECK(st.spin_wins == 0 && st.sleeps >= 1);
     CHECK(spins_through(ring));
 }
