@@ -167,6 +167,9 @@ def test_an_options_view_with_a_seed_keeps_the_pool_s_task_timeout():
         assert "task_timeout=the pool's" in repr(view)
         with pytest.raises(TimeoutError):
             view.submit(time.sleep, 30).result(timeout=60)
+        # The replacement worker imports numpy as it reads this task, before the task's clock starts: the draws
+        # then need not import it within their 0.5 s, which a loaded machine may take.
+        assert ex.submit(np.negative, np.ones(1)).result(timeout=60) == -1
         assert view.submit(draws, 1).result(timeout=60) == oracle(5, [1], [1])[0]
         # Asked for, no limit is still what None says.
         assert "task_timeout=None" in repr(view.options(task_timeout=None))
