@@ -23,7 +23,7 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import TESTS, child_environ, mapped_segments
+from helpers import TESTS, child_environ, mapped_segments, wait_until
 
 
 def test_mizu_is_a_concurrent_futures_process_pool():
@@ -529,12 +529,8 @@ def _counted_idle(ex):
     thread only after (it releases its idle semaphore once the result is
     set), so a submit right after result() may find no worker idle there.
     """
-    if isinstance(ex, mizu.ProcessPoolExecutor):
-        return
-    deadline = time.monotonic() + 60
-    while not ex._idle_worker_semaphore._value:
-        assert time.monotonic() < deadline, "the stdlib's pool never counted its worker idle"
-        time.sleep(0.001)
+    if not isinstance(ex, mizu.ProcessPoolExecutor):
+        wait_until(lambda: ex._idle_worker_semaphore._value, 60, "the stdlib's pool's count of its idle worker")
 
 
 def test_spawn_and_forkserver_start_workers_only_when_none_is_idle(executor_type, start_method, tmp_path):

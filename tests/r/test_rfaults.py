@@ -21,7 +21,7 @@ import pytest
 
 import mizu
 import r_children
-from helpers import exit_all, memfd_holders, memfds_of, shm_entries, wait_until_blocked
+from helpers import exit_all, memfd_holders, memfds_of, shm_entries, wait_until, wait_until_blocked
 
 BROKEN = BrokenProcessPool
 
@@ -116,10 +116,7 @@ def test_ctrl_c_interrupts_a_wait_on_r_tasks_and_the_exit_is_clean(client, tmp_p
     assert c.line(60) == "waiting"
     # Both workers run a task, and the client, long past its print, waits: the main thread may also sleep a moment
     # right after the print (for the GIL, or a lock of the pool's), and a Ctrl-C then would come before the call.
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("gate.*"))) < 2:
-        assert time.monotonic() < deadline, "the pool's two R workers never both ran a task"
-        time.sleep(0.01)
+    wait_until(lambda: len(list(tmp_path.glob("gate.*"))) >= 2, 60, "a task running in each R worker")
     wait_until_blocked(c.pid, 60)   # inside the blocking call
     if group:
         os.killpg(c.pid, signal.SIGINT)
