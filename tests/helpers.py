@@ -208,13 +208,9 @@ def workers_up(pool, folder, n):
 def insights_all_up(pool, timeout=60):
     """pool.insights() once every worker has come up (has a startup time): one started with the others may come up
     only after they have run every task so far. Fails after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = pool.insights()
-        if all(worker.startup is not None for worker in seen.workers):
-            return seen
-        assert time.monotonic() < deadline, f"a worker never came up: {seen.workers}"
-        time.sleep(0.01)
+    wait_until(lambda: all(worker.startup is not None for worker in pool.insights().workers), timeout,
+               "every worker's startup time")
+    return pool.insights()
 
 
 def tallies(path):
