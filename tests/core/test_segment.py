@@ -22,7 +22,9 @@ def test_children_attach_under_every_start_method(start_method, waiter):
     child = multiprocessing.get_context(method).Process(target=core_children.push,
                                                         args=(ring, b"from " + method.encode()))
     child.start()
-    assert ring.pop(timeout=60, peer=_core.PeerWatch(child.pid)) == b"from " + method.encode()
+    # No PeerWatch of the child: a forkserver's child, not this process's, may have pushed and exited, and
+    # its pid gone, before one could be made.
+    assert ring.pop(timeout=60) == b"from " + method.encode()
     child.join(30)
     assert child.exitcode == 0
 
