@@ -120,6 +120,18 @@ long PeerWatch::wait_for_index(int socket_fd) const {
         }
         got += std::size_t(r);
     }
+    // The acknowledgement tells the peer that this process was alive once it
+    // had its index: a spare killed before, even one killed too recently to
+    // have closed its end yet, never sends it (KeepsSpare.launch).
+    const unsigned char ack = 1;
+    for (;;) {
+        ssize_t w = send(socket_fd, &ack, 1, MSG_NOSIGNAL);
+        if (w == 1) break;
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET)) return -1;
+        if (w < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+            throw std::system_error(errno, std::generic_category(), "send");
+        }
+    }
     return long(bytes[0]) | long(bytes[1]) << 8 | long(bytes[2]) << 16 | long(bytes[3]) << 24;
 }
 

@@ -44,10 +44,11 @@ public:
 
     // Blocks until the peer at the other end of the stream socket socket_fd
     // has written 4 bytes there, and returns them as a little-endian
-    // number; returns -1 once that end is shut down or closed, or once this
+    // number, once it has written one byte back (the acknowledgement);
+    // returns -1 once that end is shut down or closed, or once this
     // process has exited (a child it forked may keep its end open). A signal
     // does not end the wait. How a spare waits for the index of the worker
-    // it is to be. Throws std::system_error when poll or recv fail.
+    // it is to be. Throws std::system_error when poll, recv or send fail.
     long wait_for_index(int socket_fd) const;
 
 private:

@@ -355,6 +355,8 @@ class ExecutorBase:
         wait : bool
             Block until every pending future is done and the workers exited.
         cancel_futures : bool
-            Cancel the futures that no worker has started.
+            Cancel the futures that no worker has started; ``wait`` and
+            ``as_completed`` count them done at once (the stdlib's pool
+            leaves them to wait for: CPython gh-136655).
         """
         self._pool.shutdown(wait, cancel_futures)

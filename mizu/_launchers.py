@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import threading
@@ -93,7 +94,8 @@ class KeepsSpare:
     A subclass starts its processes with start_worker(index, tasks,
     results), a worker at once, and start_spare(rings, results), a process
     that reads the index of the worker it is to be, 4 bytes little-endian,
-    from its end of the socket pair, then is that worker; it ends, doing
+    from its end of the socket pair, and acknowledges it with one byte back
+    (PeerWatch.wait_for_index does both), then is that worker; it ends, doing
     nothing, once the client shuts its end down or exits. Both return
     (process, channel), as Launcher.launch does. `worker_name` formats a
     worker's process name from its index.
@@ -121,13 +123,10 @@ class KeepsSpare:
                 spare = None
         if spare is not None:
             process, channel = spare
-            try:
-                channel.sendall(index.to_bytes(_INDEX_BYTES, "little"))
-            except OSError:
-                _end(process, channel)   # it died waiting: a process of its own
-            else:
+            if _hand_index(channel, index):
                 process.name = self.worker_name.format(index)
                 return process, channel
+            _end(process, channel)   # it died waiting: a process of its own
         return self.start_worker(index, tasks, results)
 
     def keep_spare(self, rings, results):
@@ -258,6 +257,7 @@ _STARTING = "starting"
 _INDEX_BYTES = 4
 _SPARE_WAIT = 1.0    # seconds a launch, or close, waits for a spare being started
 _SPARE_GRACE = 0.1   # seconds a spare has to exit once its channel is shut down (it has run no task)
+_SPARE_ACK_WAIT = 1.0   # seconds a launch waits for a spare to acknowledge its index
 
 
 def _spare_main(rings, results, channel, client_pid, *setup):
@@ -280,6 +280,27 @@ def _spare_main(rings, results, channel, client_pid, *setup):
         return
     multiprocessing.current_process().name = MultiprocessingLauncher.worker_name.format(index)
     _worker_main(rings[index], results, channel, index, client_pid, *setup)
+
+
+def _hand_index(channel, index):
+    """Send a spare the index of the worker it is to be; whether it took it, alive.
+
+    A spare acknowledges its index with one byte (PeerWatch.wait_for_index).
+    One killed as it waited never does, though it may not have exited, nor
+    closed its end, when the index is sent: without the acknowledgement, it
+    would count as a worker that died starting, which breaks the pool. One
+    still silent after _SPARE_ACK_WAIT (a machine too busy to run it) is
+    taken as alive; a late acknowledgement is never read.
+    """
+    try:
+        channel.sendall(index.to_bytes(_INDEX_BYTES, "little"))
+        answer = select.poll()
+        answer.register(channel, select.POLLIN)
+        if not answer.poll(_SPARE_ACK_WAIT * 1000):
+            return True
+        return channel.recv(1, socket.MSG_DONTWAIT) == b"\x01"
+    except OSError:
+        return False
 
 
 def _end(process, channel):

@@ -91,7 +91,8 @@ cdef class PeerWatch:
         Block until the peer at the other end of the stream socket
         `socket_fd` has written 4 bytes there (a signal does not end the
         wait), or this process exits: how a spare waits for the index of the
-        worker it is to be.
+        worker it is to be. It then writes one byte back, which tells the
+        peer that it had its index alive.
 
         Returns
         -------

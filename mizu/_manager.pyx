@@ -228,7 +228,10 @@ cdef class Manager(Dispatcher):
                     self.pending.push(future)
                 del dropped[:self.reserved]
             for future in dropped:
-                future.cancel()
+                # Notified too, unlike the stdlib's (CPython gh-136655): wait()
+                # and as_completed() count it done, not a future still to come.
+                if future.cancel():
+                    future.set_running_or_notify_cancel()
                 drop_task(cell_of(future))
         if not self.started:
             return

@@ -301,9 +301,14 @@ cdef void _reacquire(void* held) noexcept nogil:
 
 def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks, max_memory,
            bint by_value):
-    cdef PeerWatch client = _core.PeerWatch(client_pid)
-    cdef _Language lang = _Language(channel, index)
+    cdef PeerWatch client
+    cdef _Language lang
     cdef Stop stop
+    try:
+        client = _core.PeerWatch(client_pid)
+    except ProcessLookupError:
+        return   # the client died as this worker started: there is no one to serve, nor to tell
+    lang = _Language(channel, index)
     _codec.by_value = by_value
     lang.loop.reset(new WorkerLoop(deref(tasks.ring), deref(tasks.pop_waiter), deref(results.ring),
                                    deref(results.push_waiter), deref(client.watch), <uint16_t>index,

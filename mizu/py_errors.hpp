@@ -18,10 +18,13 @@ inline void raise_py_error() {
     } catch (const OutOfSharedMemory& e) {
         PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const std::system_error& e) {
-        PyObject* args = Py_BuildValue("(is)", e.code().value(), e.what());
-        if (args) {
-            PyErr_SetObject(PyExc_OSError, args);
-            Py_DECREF(args);
+        // Raised as the instance OSError(errno, text) makes, of the errno's
+        // subclass (ProcessLookupError for ESRCH): Cython's `except`
+        // matches the type it is raised with, which it does not normalize.
+        PyObject* error = PyObject_CallFunction(PyExc_OSError, "is", e.code().value(), e.what());
+        if (error) {
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error)), error);
+            Py_DECREF(error);
         }
     } catch (const std::invalid_argument& e) {
         PyErr_SetString(PyExc_ValueError, e.what());

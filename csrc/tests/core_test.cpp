@@ -1421,7 +1421,7 @@ void die_with_peer() {
 }
 
 // A spare's wait for its index: the 4 bytes written in two pieces, on a
-// blocking and on a non-blocking socket; -1 once the other end is shut
+// blocking and on a non-blocking socket, each acknowledged; -1 once the other end is shut
 // down (a forked copy of it open or not), and once the watched process has
 // exited.
 void spare_indexes() {
@@ -1441,6 +1441,8 @@ void spare_indexes() {
         std::thread writer(send_in_two, blocking ? 0x030201u : 7u, blocking ? 1 : 2);
         CHECK(self.wait_for_index(pair[0]) == (blocking ? 0x030201 : 7));
         writer.join();
+        unsigned char ack = 0;
+        CHECK(read(pair[1], &ack, 1) == 1 && ack == 1);
     }
     pid_t holder = fork();
     if (holder == 0) {

@@ -360,6 +360,36 @@ def client_with_a_spare():
         signal.pause()
 
 
+def _after_a_nap(seconds):
+    time.sleep(seconds)
+
+
+class SlowToUnpickle:
+    """An argument whose unpickling takes `seconds`: a worker that receives it starts that much later."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __reduce__(self):
+        return _after_a_nap, (self.seconds,)
+
+
+def client_killed_as_its_worker_starts(seconds):
+    """Start a spawn worker that takes `seconds` to unpickle its initializer's argument; report it, then die by
+    SIGKILL before it has."""
+    import multiprocessing
+
+    import mizu
+
+    ex = mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_after_a_nap,
+                                  initargs=(SlowToUnpickle(seconds),))
+    ex.submit(double, 1)
+    while not (started := multiprocessing.active_children()):   # listed once its arguments are written
+        time.sleep(0.01)
+    report(workers=[p.pid for p in started])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def client_mapping_sleeps(workers, tasks, seconds):
     """A map of sleeps in a with block, as a user writes it; report the workers, then "mapping".
 

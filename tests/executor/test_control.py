@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 
@@ -26,7 +27,7 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import (announced_pid, assert_stops, exit_all, resident_memory, returns_within,
+from helpers import (announced_pid, assert_stops, exit_all, require, resident_memory, returns_within,
                      settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced, wait_until)
 
 pytestmark = pytest.mark.timeout(120)
@@ -342,6 +343,47 @@ def test_a_spare_that_died_waiting_is_passed_over(tmp_path):
         exit_all([spare], WAIT)
         _dies(ex)
         assert sorted(ex.map(children.double, range(8), timeout=WAIT)) == list(range(0, 16, 2))
+        assert spare not in _full(ex)
+    assert multiprocessing.active_children() == []
+
+
+def _socket_of(pid):
+    """A copy, in this process, of the socket of process pid (a spare waits for its place on its only one), by
+    pidfd_getfd; skips where the kernel has none."""
+    import ctypes
+    sockets = [int(name) for name in os.listdir(f"/proc/{pid}/fd")
+               if os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:")]
+    assert len(sockets) == 1, sockets
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        fd = libc.syscall(438, pidfd, sockets[0], 0)   # pidfd_getfd
+    finally:
+        os.close(pidfd)
+    require(fd >= 0, f"pidfd_getfd failed: {os.strerror(ctypes.get_errno())}")
+    return fd
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pidfd_getfd: Linux only")
+def test_a_spare_killed_as_it_is_handed_its_place_is_passed_over_and_the_pool_goes_on():
+    """A spare killed so recently that its socket is still open (here, a copy of it that this test closes a
+    moment later) has taken no place: the pool starts another worker rather than breaking."""
+    spawn = multiprocessing.get_context("spawn")   # the spare is this process's child, whose socket it may copy
+    with mizu.ProcessPoolExecutor(2, mp_context=spawn, worker_death="replace") as ex:
+        list(ex.map(children.nap_then_pid, [0.2, 0.2], timeout=WAIT))   # both workers up
+        _dies(ex)
+        spare = _spare(ex)
+        _waits_for_its_place(spare)
+        held = _socket_of(spare)
+        os.kill(spare, signal.SIGKILL)
+        exit_all([spare], WAIT)
+        closer = threading.Timer(0.2, os.close, (held,))
+        closer.start()
+        try:
+            _dies(ex)
+            assert sorted(ex.map(children.double, range(8), timeout=WAIT)) == list(range(0, 16, 2))
+        finally:
+            closer.join()
         assert spare not in _full(ex)
     assert multiprocessing.active_children() == []
 

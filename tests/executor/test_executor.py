@@ -271,6 +271,19 @@ def test_shutdown_can_cancel_what_has_not_started(executor_type):
     assert all(f.result() == 0.2 for f in finished)
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_wait_and_as_completed_count_done_what_shutdown_cancels(wait):
+    """The stdlib's pool leaves those futures cancelled but not notified: wait() and as_completed() wait for them
+    until their timeout (CPython gh-136655)."""
+    ex = mizu.ProcessPoolExecutor(1)
+    futures = [ex.submit(children.nap, 0.2) for _ in range(10)]
+    ex.shutdown(wait=wait, cancel_futures=True)
+    done, not_done = cf.wait(futures, timeout=60)
+    assert not_done == set() and any(f.cancelled() for f in futures)
+    assert set(cf.as_completed(futures, timeout=60)) == set(futures)
+    assert all(f.result() == 0.2 for f in futures if not f.cancelled())
+
+
 def test_shutdown_ends_workers_whose_tasks_left_a_pool_running(start_method):
     """The stdlib's pool hangs here: a worker's multiprocessing joins the processes of the pool its task left."""
     ex = mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))

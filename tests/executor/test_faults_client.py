@@ -66,6 +66,18 @@ def test_a_killed_client_leaves_no_spare(client):
     assert exit_all(report["workers"] + report["spares"], 5) < 5, "a process outlived its client"
 
 
+@linux_only
+def test_a_worker_whose_client_died_as_it_started_exits_quietly(client):
+    """A worker that finds its client gone by the time it starts has no one to serve: it exits without a
+    traceback on the terminal it shares with the client."""
+    c = client(executor_children.client_killed_as_its_worker_starts, 1.0)
+    workers = json.loads(c.line(60))["workers"]
+    code, stderr = c.wait(WAIT)   # its stderr once the worker, which shares it, has exited too
+    assert code == -signal.SIGKILL
+    assert exit_all(workers, WAIT) < WAIT
+    assert "Traceback" not in stderr, stderr
+
+
 # -- Ctrl-C ---------------------------------------------------------------------------------------
 
 
