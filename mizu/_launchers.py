@@ -126,7 +126,11 @@ class KeepsSpare:
             if _hand_index(channel, index):
                 process.name = self.worker_name.format(index)
                 return process, channel
-            _end(process, channel)   # it died waiting: a process of its own
+            # It died waiting, or is too slow to say it took its index: it
+            # is gone before another process is started on its rings.
+            process.kill()
+            process.join()
+            channel.close()
         return self.start_worker(index, tasks, results)
 
     def keep_spare(self, rings, results):
@@ -289,16 +293,15 @@ def _hand_index(channel, index):
     One killed as it waited never does, though it may not have exited, nor
     closed its end, when the index is sent: without the acknowledgement, it
     would count as a worker that died starting, which breaks the pool. One
-    still silent after _SPARE_ACK_WAIT (a machine too busy to run it) is
-    taken as alive; a late acknowledgement is never read.
+    still silent after _SPARE_ACK_WAIT (a machine too busy to run it) is not
+    taken either: its acknowledgement, come later, would be read from the
+    channel as the start of a message's descriptors.
     """
     try:
         channel.sendall(index.to_bytes(_INDEX_BYTES, "little"))
         answer = select.poll()
         answer.register(channel, select.POLLIN)
-        if not answer.poll(_SPARE_ACK_WAIT * 1000):
-            return True
-        return channel.recv(1, socket.MSG_DONTWAIT) == b"\x01"
+        return bool(answer.poll(_SPARE_ACK_WAIT * 1000)) and channel.recv(1, socket.MSG_DONTWAIT) == b"\x01"
     except OSError:
         return False
 
