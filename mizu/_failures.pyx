@@ -85,13 +85,14 @@ cdef class Watchdog(Roster):
         # Their last results, and retirement notices, may still be in the
         # ring, behind what a dead worker left half-pushed: voided, then
         # everything pushed so far is collected, before any is replaced.
-        for worker in self.workers:
-            if worker.watch is not None and not worker.watch.alive():
-                self.results.void_abandoned(worker.process.pid)
+        # Only these are replaced now: one that dies meanwhile may have
+        # answered a task since the drain, and claimed the next, which would
+        # be taken for the task it died running; the next check has it.
+        dead = [worker for worker in self.workers if worker.watch is not None and not worker.watch.alive()]
+        for worker in dead:
+            self.results.void_abandoned(worker.process.pid)
         self.drain()
-        for worker in self.workers:
-            if worker.watch is None or worker.watch.alive():
-                continue
+        for worker in dead:
             if self.broken is not None:
                 continue
             if worker.ending or (self.replace_dead and worker.up and worker.failure is None):

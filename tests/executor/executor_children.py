@@ -3,6 +3,7 @@ tests."""
 
 import os
 import signal
+import threading
 import time
 
 from children import announce, announce_then_nap, block_until_interrupted, double, nap, report, wait_for_file
@@ -276,14 +277,20 @@ def announce_then_end(path, how):
     """Announce, wait for the file path + ".end", then end this worker: os._exit(3) ("exit"), a null pointer read
     ("segfault"), or wait for the test's SIGKILL ("killed")."""
     announce(path)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(path + ".end") and time.monotonic() < deadline:
-        time.sleep(0.002)
+    wait_for_file(path + ".end")
     if how == "exit":
         os._exit(3)
     if how == "segfault":
         segfault("null pointer")
     time.sleep(120)
+
+
+def answer_then_exit_soon(path, gate, value):
+    """Announce, wait for the file gate, then return value; this worker exits 0.05 s later, running no task."""
+    announce(path)
+    wait_for_file(gate)
+    threading.Timer(0.05, os._exit, (3,)).start()
+    return value
 
 
 _hoard = []

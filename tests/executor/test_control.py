@@ -28,7 +28,7 @@ import children
 import executor_children
 import mizu
 from helpers import (announced_pid, assert_stops, exit_all, require, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced, wait_until)
+                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced, wait_until, workers_up)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -266,6 +266,36 @@ def test_a_worker_that_dies_mid_task_fails_only_its_task(oracle, tmp_path, how, 
         assert isinstance(error, BrokenProcessPool)
         assert error.exitcode is None or isinstance(error.exitcode, int)
         assert "announce_then_end" in error.task, error.task
+
+
+def test_a_worker_that_answers_and_dies_while_another_is_replaced_keeps_its_result(tmp_path, monkeypatch):
+    """The pool replaces a dead worker while another answers a task and then dies: that task keeps its result,
+    the next look at the workers replaces the second, and the pool goes on."""
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace") as ex:
+        workers_up(ex, str(tmp_path), 2)
+        marker, gate, hold = str(tmp_path / "answering"), str(tmp_path / "answer"), str(tmp_path / "hold")
+        # The first worker holds a task, so the second gets the one that answers; the first then gets the one
+        # that dies, and is looked at first.
+        held = ex.submit(children.wait_for_file, hold)
+        answering = ex.submit(executor_children.answer_then_exit_soon, marker, gate, "kept")
+        second = announced_pid(marker)
+        open(hold, "w").close()
+        assert held.result(timeout=WAIT) != second
+        launch = ex._pool.launcher.launch
+
+        def launch_once_the_second_died(*args):
+            # After the pool looked for dead workers: the second answers and dies before the first is replaced.
+            if not os.path.exists(gate):
+                open(gate, "w").close()
+                exit_all([second], WAIT)
+            return launch(*args)
+
+        monkeypatch.setattr(ex._pool.launcher, "launch", launch_once_the_second_died)
+        dying = ex.submit(os._exit, 3)   # to the idle worker
+        assert isinstance(dying.exception(timeout=WAIT), mizu.WorkerDied)
+        assert answering.result(timeout=WAIT) == "kept"
+        wait_replaced(lambda: ex._processes, 2, second, WAIT)
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
 
 
 @pytest.mark.parametrize("worker_death", [None, "break"])
