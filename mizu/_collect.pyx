@@ -364,10 +364,10 @@ cdef class Collector(Watchdog):
             self.depth = <Py_ssize_t>min(<double>MAX_DEPTH, max(2.0, _SHORT_TASK_C / max(seconds, 1e-7)))
 
     cdef bint queued_behind(self) noexcept:
-        """Whether a worker has a task queued behind the one it runs."""
+        """Whether a worker has a task queued behind the one it runs, or one it is not up to run yet."""
         cdef Worker worker
         for worker in self.workers:
-            if worker.in_flight.size() >= 2:
+            if worker.in_flight.size() >= 2 or worker.in_flight.size() and not worker.up:
                 return True
         return False
 

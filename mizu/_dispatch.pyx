@@ -5,7 +5,7 @@ The picture of the whole flow is drawn in mizu._pool.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from mizu._control cimport Controller
 from mizu._future cimport Cell, cell_of, drop_task, new_future, set_running
@@ -13,6 +13,7 @@ from mizu._messages cimport BATCH, CALLABLE, KEYWORDS, TIMED, chunks
 from mizu._rings cimport _Ring
 from mizu._roster cimport Worker
 from mizu.includes.messages cimport TaskHeader, task_header
+from mizu.includes.ring cimport kTicketBits, kWithdrawn
 from mizu.includes.spin cimport kForever, now_ns
 from mizu.includes.wire cimport Writer
 
@@ -30,6 +31,24 @@ _TAKE_BACK = 0.001     # seconds a task runs before those queued behind it are t
 cdef int64_t _TAKE_BACK_NS = <int64_t>(_TAKE_BACK * 1e9)
 
 cdef object _RUNNING = _base.RUNNING
+
+
+cdef bint _withdraw_waiting(Worker worker) except -1:
+    """Withdraw from worker's ring the tasks that wait there: those behind the one it runs, or, not up yet, all.
+
+    False if the worker is between tasks, or has just claimed its first.
+    """
+    cdef _Ring ring = worker.ring
+    cdef int64_t at = 0
+    cdef uint64_t word, first = cell_of(worker.in_flight.oldest()).task_id
+    cdef uint64_t last = cell_of(worker.in_flight.at(worker.in_flight.size() - 1)).task_id
+    if worker.up:
+        return ring._withdraw(first, last)
+    # Not up, it has claimed none of them unless it has just come up.
+    word = ring._last_claim(&at)
+    if not word & kWithdrawn and word >= first:
+        return False
+    return ring._withdraw(word & kTicketBits, last)
 cdef bint _interpreter_exiting = False
 
 
@@ -302,7 +321,10 @@ cdef class Dispatcher(Controller):
         put back in front of `pending`, running, as reserved tasks are:
         dispatch sends them again, to other workers (the worker is `held`
         until its oldest task ends; what they cannot take waits in
-        `pending`). Only once that task has run for _TAKE_BACK (counted
+        `pending`). So is the task that a successor took before it was up
+        (pick), which its initializer, however long, would hold back: all of
+        a worker's tasks while it is not up, without holding it. Only once
+        that task has run, or waited, for _TAKE_BACK (counted
         from when this first saw it oldest):
         fine-grained work drains sooner than its tasks could be sent
         again. Until then, or while the worker is between tasks (it has
@@ -323,7 +345,7 @@ cdef class Dispatcher(Controller):
             if worker.outbox or worker.ending:
                 continue
             n = worker.in_flight.size()
-            if n >= 2:
+            if n >= 2 or n and not worker.up:
                 # A task's run counts from when this first saw it oldest:
                 # the hot paths keep no clock.
                 head = cell_of(worker.in_flight.oldest()).task_id
@@ -339,15 +361,16 @@ cdef class Dispatcher(Controller):
                 idle = worker
         if idle is None:
             return False
-        if busiest is not None and not busiest.ring._withdraw(
-                cell_of(busiest.in_flight.oldest()).task_id,
-                cell_of(busiest.in_flight.at(busiest.in_flight.size() - 1)).task_id):
-            busiest, waiting = None, True   # between tasks
+        if busiest is not None and not _withdraw_waiting(busiest):
+            busiest, waiting = None, True   # between tasks, or coming up
         self.unbalanced = waiting
         if busiest is None:
             return False
-        busiest.held = True
-        self.requeue(busiest, 1)
+        if busiest.up:
+            busiest.held = True
+            self.requeue(busiest, 1)
+        else:
+            self.requeue(busiest, 0)
         return True
 
     cdef send(self, Worker worker, const char* data, Py_ssize_t n, bytes message):

@@ -126,6 +126,13 @@ class SlowToPickle:
         return (SlowToPickle, ())
 
 
+def wait_in_initializer_once_armed(armed, path, gate):
+    """An initializer: once the file armed exists, announce to path, then wait for the gate file."""
+    if os.path.exists(armed):
+        announce(path)
+        wait_for_file(gate)
+
+
 def announce_then_die(path, seconds):
     announce(path)
     time.sleep(seconds)

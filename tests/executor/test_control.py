@@ -377,6 +377,25 @@ def test_a_spare_that_died_waiting_is_passed_over(tmp_path):
     assert multiprocessing.active_children() == []
 
 
+def test_a_task_a_successor_took_before_it_was_up_runs_elsewhere_while_its_initializer_waits(tmp_path):
+    """A successor takes a task before it is up when no worker that is up has room; once one idles, it runs the
+    task, as a worker of the stdlib's takes whatever waits in the shared call queue, rather than the task waiting
+    for the initializer."""
+    armed, path, gate = (str(tmp_path / name) for name in ("armed", "initializing", "gate"))
+    with mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace",
+                                  initializer=executor_children.wait_in_initializer_once_armed,
+                                  initargs=(armed, path, gate)) as ex:
+        workers_up(ex, str(tmp_path), 2)
+        open(armed, "w").close()
+        _dies(ex)
+        waiting = announced_pid(path)
+        futures = [ex.submit(children.nap_then_pid, 0.01) for _ in range(20)]
+        try:
+            assert waiting not in {f.result(timeout=WAIT) for f in futures}
+        finally:
+            open(gate, "w").close()
+
+
 def _socket_of(pid):
     """A copy, in this process, of the socket of process pid (a spare waits for its place on its only one), by
     pidfd_getfd; skips where the kernel has none."""
@@ -395,12 +414,12 @@ def _socket_of(pid):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pidfd_getfd: Linux only")
-def test_a_spare_killed_as_it_is_handed_its_place_is_passed_over_and_the_pool_goes_on():
+def test_a_spare_killed_as_it_is_handed_its_place_is_passed_over_and_the_pool_goes_on(tmp_path):
     """A spare killed so recently that its socket is still open (here, a copy of it that this test closes a
     moment later) has taken no place: the pool starts another worker rather than breaking."""
     spawn = multiprocessing.get_context("spawn")   # the spare is this process's child, whose socket it may copy
     with mizu.ProcessPoolExecutor(2, mp_context=spawn, worker_death="replace") as ex:
-        list(ex.map(children.nap_then_pid, [0.2, 0.2], timeout=WAIT))   # both workers up
+        workers_up(ex, str(tmp_path), 2)
         _dies(ex)
         spare = _spare(ex)
         _waits_for_its_place(spare)
