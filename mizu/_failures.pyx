@@ -93,7 +93,8 @@ cdef class Watchdog(Roster):
             self.results.void_abandoned(worker.process.pid)
         self.drain()
         for worker in dead:
-            if self.broken is not None:
+            # One whose retirement notice the drain found has its successor.
+            if self.broken is not None or worker.watch is None or worker.watch.alive():
                 continue
             if worker.ending or (self.replace_dead and worker.up and worker.failure is None):
                 self.recover(worker)
