@@ -575,15 +575,22 @@ def client_short_of_processes(limit, workers, uid):
     import json  # noqa: F401 (for report)
     import multiprocessing
     import resource
+    import traceback
     import warnings
 
     import mizu
 
     fork = multiprocessing.get_context("fork")
     # Everything a task needs is imported before the user changes: the
-    # interpreter's files may be the current user's alone.
+    # interpreter's files may be the current user's alone. So is what a
+    # worker that cannot start its thread needs to send its traceback
+    # (linecache imports tokenize to read a source line).
     with mizu.ProcessPoolExecutor(1, mp_context=fork) as ex:
         ex.submit(nap, 0).result(timeout=60)
+    try:
+        raise OSError("a traceback formatted once")
+    except OSError as exc:
+        traceback.format_exception(exc)
     # Its threads are joined, but the system may count one a moment longer,
     # and fork() warns (3.12+) of the threads the system counts.
     deadline = time.monotonic() + 10
