@@ -99,73 +99,67 @@ class KeepsSpare:
     nothing, once the client shuts its end down or exits. Both return
     (process, channel), as Launcher.launch does. `worker_name` formats a
     worker's process name from its index.
+
+    Once asked for a spare, the launcher starts the next one as soon as a
+    launch takes the last, even one still starting: deaths that come faster
+    than a process starts each find a spare further on than a start.
     """
 
     worker_name = "mizu-worker-{}"
 
     def __init__(self):
         self._spare_lock = threading.Condition(threading.Lock())
-        self._spare = None   # None, _STARTING, or (process, channel) of a process waiting for its index
+        self._spare = None   # the _SpareStart nothing has taken yet, or None
+        self._spare_for = None   # keep_spare's (rings, results), once asked
         self._closed = False
-        self._given_up = False   # close() stopped waiting for a spare being started: its thread ends it
         self._owner = os.getpid()
 
     def launch(self, index, tasks, results):
         """Start worker `index` on the rings tasks and results: the spare if there is one; (process, channel)."""
         with self._spare_lock:
-            # One being started is further on than a process started now.
-            # The wait is bounded: the thread starting it runs Python code,
-            # whose garbage collection may run a finalizer that needs a lock
-            # the caller holds.
-            if self._spare_lock.wait_for(lambda: self._spare is not _STARTING, _SPARE_WAIT):
-                spare, self._spare = self._spare, None
-            else:
-                spare = None
-        if spare is not None:
-            process, channel = spare
-            if _hand_index(channel, index):
-                process.name = self.worker_name.format(index)
-                return process, channel
-            # It died waiting, or is too slow to say it took its index: it
-            # is gone before another process is started on its rings.
-            process.kill()
-            process.join()
-            channel.close()
+            start, self._spare = self._spare, None
+            again = self._spare_for if start is not None else None
+        if again is not None:
+            self.keep_spare(*again)
+        if start is not None:
+            spare = start.take(self._spare_lock)
+            if spare is not None:
+                process, channel = spare
+                if _hand_index(channel, index):
+                    process.name = self.worker_name.format(index)
+                    return process, channel
+                # It died waiting, or is too slow to say it took its index:
+                # it is gone before another process is started on its rings.
+                process.kill()
+                process.join()
+                channel.close()
         return self.start_worker(index, tasks, results)
 
     def keep_spare(self, rings, results):
         """See Launcher.keep_spare: start_spare, in a thread of its own."""
         with self._spare_lock:
-            if self._spare is not None or self._closed:
+            if self._closed:
                 return
-            self._spare = _STARTING
+            self._spare_for = (rings, results)
+            if self._spare is not None:
+                return
+            start = self._spare = _SpareStart()
         try:
-            threading.Thread(target=self._start_spare, args=(rings, results), name="mizu-spare-start",
+            threading.Thread(target=self._start_spare, args=(start, rings, results), name="mizu-spare-start",
                              daemon=True).start()
         except BaseException as exc:
-            with self._spare_lock:
-                self._spare = None
-                self._spare_lock.notify_all()
+            start.settle(self._spare_lock, None)
             if not isinstance(exc, Exception):
                 raise
             # Without a thread to spare, the pool goes without a spare.
 
-    def _start_spare(self, rings, results):
+    def _start_spare(self, start, rings, results):
         try:
             spare = self.start_spare(rings, results)
         except BaseException:
             # Without one, the next worker starts as the first ones did.
-            with self._spare_lock:
-                self._spare = None
-                self._spare_lock.notify_all()
-            return
-        with self._spare_lock:
-            # Once closed, a close() that still waits takes it.
-            given_up = self._given_up
-            self._spare = None if given_up else spare
-            self._spare_lock.notify_all()
-        if given_up:
-            _end(*spare)
+            spare = None
+        start.settle(self._spare_lock, spare)
 
     def close(self):
         """See Launcher.close. In a child forked from the pool's process, forget the spare, which is the parent's."""
@@ -175,12 +169,11 @@ class KeepsSpare:
             return
         with self._spare_lock:
             self._closed = True
-            if not self._spare_lock.wait_for(lambda: self._spare is not _STARTING, _SPARE_WAIT):
-                self._given_up = True
-                return
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            _end(*spare)
+            start, self._spare = self._spare, None
+        if start is not None:
+            spare = start.take(self._spare_lock)
+            if spare is not None:
+                _end(*spare)
 
     def start_worker(self, index, tasks, results):
         raise NotImplementedError
@@ -257,7 +250,42 @@ class MultiprocessingLauncher(KeepsSpare):
         return process, channel
 
 
-_STARTING = "starting"
+class _SpareStart:
+    """One spare being started: its thread settles it with (process, channel), or None if the start failed.
+
+    Whoever holds it takes it once (take): a launch, or close. One that
+    stops waiting leaves the spare to its thread, which ends it.
+    """
+
+    __slots__ = ("done", "spare", "abandoned")
+
+    def __init__(self):
+        self.done, self.spare, self.abandoned = False, None, False
+
+    def settle(self, lock, spare):
+        with lock:
+            self.done = True
+            if not self.abandoned:
+                self.spare, spare = spare, None
+            lock.notify_all()
+        if spare is not None:
+            _end(*spare)
+
+    def take(self, lock):
+        """The spare, once started: (process, channel), or None if it failed or took over _SPARE_WAIT seconds.
+
+        The wait is bounded: the thread starting it runs Python code, whose
+        garbage collection may run a finalizer that needs a lock the caller
+        holds.
+        """
+        with lock:
+            if not lock.wait_for(lambda: self.done, _SPARE_WAIT):
+                self.abandoned = True
+                return None
+            spare, self.spare = self.spare, None
+            return spare
+
+
 _INDEX_BYTES = 4
 _SPARE_WAIT = 1.0    # seconds a launch, or close, waits for a spare being started
 _SPARE_GRACE = 0.1   # seconds a spare has to exit once its channel is shut down (it has run no task)
