@@ -255,7 +255,6 @@ cdef class Controller(Collector):
         # A pool that lost one worker will likely lose another: the next
         # successor is started ahead, once this one is sent what it runs
         # first. Not for a pool that is ending, or that started none.
-        if (worker.watch is not None and self.broken is None and not self.shutting_down and not self.forced
-                and self.collected is None):
+        if worker.watch is not None and self.wants_spare():
             self.launcher.keep_spare([w.ring for w in self.roster], self.results)
 

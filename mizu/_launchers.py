@@ -61,8 +61,15 @@ class Launcher(Protocol):
     setup_name: str
     safe_with_threads: bool
 
-    def launch(self, index: int, tasks: _Ring, results: _Ring) -> tuple[BaseProcess, socket.socket]:
+    def launch(self, index: int, tasks: _Ring, results: _Ring,
+               rings: list[_Ring] | None = None) -> tuple[BaseProcess, socket.socket]:
         """Start worker `index`, which pops its tasks from the ring `tasks` and pushes its results to `results`.
+
+        `rings`, the task rings of the whole roster, is given while the
+        pool wants a spare (see keep_spare): a launch that takes the spare
+        starts the next one on them at once, before the one it took has
+        finished starting, so that deaths coming faster than a process
+        starts each find one further on.
 
         Returns
         -------
@@ -99,49 +106,53 @@ class KeepsSpare:
     nothing, once the client shuts its end down or exits. Both return
     (process, channel), as Launcher.launch does. `worker_name` formats a
     worker's process name from its index.
-
-    Once asked for a spare, the launcher starts the next one as soon as a
-    launch takes the last, even one still starting: deaths that come faster
-    than a process starts each find a spare further on than a start.
     """
 
     worker_name = "mizu-worker-{}"
 
     def __init__(self):
         self._spare_lock = threading.Condition(threading.Lock())
-        self._spare = None   # the _SpareStart nothing has taken yet, or None
-        self._spare_for = None   # keep_spare's (rings, results), once asked
+        self._spare = None   # the _SpareStart that no launch has taken yet, or None
         self._closed = False
         self._owner = os.getpid()
 
-    def launch(self, index, tasks, results):
-        """Start worker `index` on the rings tasks and results: the spare if there is one; (process, channel)."""
+    def launch(self, index, tasks, results, rings=None):
+        """See Launcher.launch: the spare if there is one, one still starting included, else a process started now."""
         with self._spare_lock:
             start, self._spare = self._spare, None
-            again = self._spare_for if start is not None else None
-        if again is not None:
-            self.keep_spare(*again)
         if start is not None:
-            spare = start.take(self._spare_lock)
-            if spare is not None:
-                process, channel = spare
-                if _hand_index(channel, index):
-                    process.name = self.worker_name.format(index)
-                    return process, channel
+            try:
+                if rings is not None:
+                    self.keep_spare(rings, results)
+            except BaseException:
+                start.drop(self._spare_lock)
+                raise
+            spare = start.take(self._spare_lock, _SPARE_WAIT)
+            if spare is not None and self._hand(spare, index):
+                return spare
+        return self.start_worker(index, tasks, results)
+
+    def _hand(self, spare, index):
+        """Make spare worker `index`; whether it took its place. One that did not is gone on return."""
+        process, channel = spare
+        handed = False
+        try:
+            handed = _hand_index(channel, index)
+        finally:
+            if not handed:
                 # It died waiting, or is too slow to say it took its index:
                 # it is gone before another process is started on its rings.
                 process.kill()
                 process.join()
                 channel.close()
-        return self.start_worker(index, tasks, results)
+        if handed:
+            process.name = self.worker_name.format(index)
+        return handed
 
     def keep_spare(self, rings, results):
         """See Launcher.keep_spare: start_spare, in a thread of its own."""
         with self._spare_lock:
-            if self._closed:
-                return
-            self._spare_for = (rings, results)
-            if self._spare is not None:
+            if self._spare is not None or self._closed:
                 return
             start = self._spare = _SpareStart()
         try:
@@ -171,7 +182,7 @@ class KeepsSpare:
             self._closed = True
             start, self._spare = self._spare, None
         if start is not None:
-            spare = start.take(self._spare_lock)
+            spare = start.take(self._spare_lock, _SPARE_WAIT)
             if spare is not None:
                 _end(*spare)
 
@@ -253,37 +264,43 @@ class MultiprocessingLauncher(KeepsSpare):
 class _SpareStart:
     """One spare being started: its thread settles it with (process, channel), or None if the start failed.
 
-    Whoever holds it takes it once (take): a launch, or close. One that
-    stops waiting leaves the spare to its thread, which ends it.
+    A launch, or close, takes it once. A spare settled after its taker
+    stopped waiting, or settled twice, is ended by its thread.
     """
 
-    __slots__ = ("done", "spare", "abandoned")
+    __slots__ = ("done", "spare", "taken")
 
     def __init__(self):
-        self.done, self.spare, self.abandoned = False, None, False
+        self.done, self.spare, self.taken = False, None, False
 
     def settle(self, lock, spare):
         with lock:
-            self.done = True
-            if not self.abandoned:
+            if not (self.done or self.taken):
                 self.spare, spare = spare, None
+            self.done = True
             lock.notify_all()
         if spare is not None:
             _end(*spare)
 
-    def take(self, lock):
-        """The spare, once started: (process, channel), or None if it failed or took over _SPARE_WAIT seconds.
+    def take(self, lock, wait):
+        """The spare, once started, within `wait` seconds: (process, channel), or None if it failed or was late.
 
         The wait is bounded: the thread starting it runs Python code, whose
         garbage collection may run a finalizer that needs a lock the caller
         holds.
         """
         with lock:
-            if not lock.wait_for(lambda: self.done, _SPARE_WAIT):
-                self.abandoned = True
-                return None
-            spare, self.spare = self.spare, None
-            return spare
+            try:
+                lock.wait_for(lambda: self.done, wait)
+            finally:
+                spare, self.spare, self.taken = self.spare, None, True
+        return spare
+
+    def drop(self, lock):
+        """Take it without waiting, and end what was ready: a launch that fails before it could hand it a place."""
+        spare = self.take(lock, 0)
+        if spare is not None:
+            _end(*spare)
 
 
 _INDEX_BYTES = 4

@@ -78,6 +78,7 @@ cdef class Roster:
     cdef str start_deferred(self)
     cdef Py_ssize_t starting_now(self)
     cdef launch(self, Worker worker)
+    cdef bint wants_spare(self)
     cdef watch_exit(self, Worker worker)
     cdef outstanding(self)
     cdef Py_ssize_t requeue(self, Worker worker, Py_ssize_t keep) except -1

@@ -231,7 +231,8 @@ cdef class Roster:
         self.tell(LAUNCHED if worker.starting else REPLACED, worker.index, None, 0.0)
         proc = None
         try:
-            proc, channel = self.launcher.launch(worker.index, worker.ring, self.results)
+            proc, channel = self.launcher.launch(worker.index, worker.ring, self.results,
+                                                 [w.ring for w in self.roster] if self.wants_spare() else None)
             watch = _core.PeerWatch(proc.pid)
         except BaseException:
             if worker.starting:
@@ -249,6 +250,10 @@ cdef class Roster:
         # From now: the client's own time starting it (a fork and exec
         # under spawn) is not the worker's.
         worker.counted_until = _monotonic() + _STARTING
+
+    cdef bint wants_spare(self):
+        """Whether a spare process should be kept ready for the next launch: not while the pool is ending."""
+        return self.broken is None and not self.shutting_down and not self.forced and self.collected is None
 
     cdef watch_exit(self, Worker worker):
         """Have the pool hear of the exit of worker's new process (mizu._failures.Watchdog's)."""
