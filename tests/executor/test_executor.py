@@ -849,9 +849,9 @@ def _hook_launches(monkeypatch, before):
 
     launch = MultiprocessingLauncher.launch
 
-    def hooked(self, index, tasks, results):
+    def hooked(self, index, *rings):
         before(index)
-        return launch(self, index, tasks, results)
+        return launch(self, index, *rings)
 
     monkeypatch.setattr(MultiprocessingLauncher, "launch", hooked)
 

@@ -17,7 +17,7 @@ def test_an_object_without_all_of_the_protocol_is_not_a_launcher():
         on_demand = paced = safe_with_threads = False
         starting_hint = setup_name = ""
 
-        def launch(self, index, tasks, results):
+        def launch(self, index, tasks, results, rings=None):
             raise NotImplementedError
 
         def keep_spare(self, rings, results):
