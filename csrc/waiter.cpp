@@ -1,6 +1,9 @@
 #include "waiter.hpp"
 
 #include <cerrno>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 #include <ctime>
 #include <stdexcept>
 
@@ -15,6 +18,23 @@
 namespace mizu {
 
 std::atomic<int64_t> contended_until_ns{0};
+
+bool leave_cpu(int cpu) noexcept {
+#if defined(__linux__)
+    cpu_set_t allowed;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+    if (!CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+    cpu_set_t elsewhere = allowed;
+    CPU_CLR(cpu, &elsewhere);
+    // The kernel moves the thread before the call returns.
+    if (sched_setaffinity(0, sizeof elsewhere, &elsewhere) != 0) return false;
+    sched_setaffinity(0, sizeof allowed, &allowed);
+    return true;
+#else
+    (void)cpu;
+    return false;
+#endif
+}
 
 namespace {
 

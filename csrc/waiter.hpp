@@ -72,6 +72,13 @@ struct WaitOptions {
     // false: poll a few times, then sleep, leaving the spin budget as it is.
     // For a waiter that knows every core is taken by a process doing work.
     bool spin = true;
+    // A worker waiting for its client: found on the CPU the client last
+    // notified from, it moves to another CPU it may run on (leave_cpu),
+    // at most once per Waiter::kMoveGapNs. Otherwise the two stay there
+    // together: neither spins where the other runs, so each sleeps and
+    // wakes the other, and the scheduler, seeing one of them runnable at a
+    // time, never parts them (a round trip then costs two wake-ups).
+    bool leave_peer_cpu = false;
 };
 
 struct WaitStats {
@@ -89,6 +96,7 @@ public:
     static constexpr int64_t kDefaultSliceNs = 20000000;
     static constexpr int kPreludePolls = 16;
     static constexpr int64_t kMaxSpinNs = 1000000000;
+    static constexpr int64_t kMoveGapNs = 50000000;
 
     explicit Waiter(SpinGate* gate = nullptr) noexcept : gate_(gate) {}
 
@@ -119,8 +127,14 @@ private:
     int64_t spin_limit_ns_ = kDefaultSpinLimitNs;
     int64_t budget_ns_ = kDefaultSpinLimitNs;
     int64_t slice_ns_ = kDefaultSliceNs;
+    int64_t next_move_ns_ = 0;
     WaitStats stats_;
 };
+
+// Moves the calling thread off `cpu` onto another CPU of its affinity mask,
+// which it then restores: the thread stays where it landed until the
+// scheduler moves it. False where it cannot (one CPU allowed, not Linux).
+bool leave_cpu(int cpu) noexcept;
 
 // The blocking half of the protocol, one backend call.
 AddressWait event_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noexcept;
@@ -207,8 +221,12 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
     // there (the scheduler put both on one CPU): it runs only once this
     // thread sleeps.
     int cpu = ev.notifier_cpu.load(std::memory_order_relaxed);
-    bool spins = opt.spin && (cpu < 0 || cpu != current_cpu()) &&
-                 start >= contended_until_ns.load(std::memory_order_relaxed);
+    bool shared = cpu >= 0 && cpu == current_cpu();
+    if (shared && opt.leave_peer_cpu && start >= next_move_ns_) {
+        next_move_ns_ = start + kMoveGapNs;
+        shared = !leave_cpu(cpu);
+    }
+    bool spins = opt.spin && !shared && start >= contended_until_ns.load(std::memory_order_relaxed);
     if (spins && spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);

@@ -90,6 +90,7 @@ WaitOptions WorkerLoop::wait_options() const noexcept {
     WaitOptions opt;
     opt.peer = &client_;
     opt.hook = SliceHook{language_.idle, language_.self};
+    opt.leave_peer_cpu = true;
     return opt;
 }
 

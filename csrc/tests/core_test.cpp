@@ -480,7 +480,7 @@ void answered_tickets() {
 template <class Before>
 WaitStats wait_for_late_message(SpscRing& ring, Before after, bool spin = true,
                                 std::chrono::milliseconds delay = std::chrono::milliseconds(20),
-                                bool sleeps = false) {
+                                bool sleeps = false, bool leave = false) {
     Waiter w;
     w.set_spin_limit_ns(2000000000);
     w.set_slice_ns(60LL * 1000000000);
@@ -498,6 +498,7 @@ WaitStats wait_for_late_message(SpscRing& ring, Before after, bool spin = true,
     after();
     WaitOptions opt;
     opt.spin = spin;
+    opt.leave_peer_cpu = leave;
     Reservation res;
     CHECK(ring.wait_pop(res, w, opt) == WaitStatus::ready);
     ring.end_pop(res);
@@ -558,6 +559,45 @@ void waits_give_way(WaitBackend backend) {
                                          std::chrono::milliseconds(20), true);
     CHECK(st.spin_wins == 0 && st.sleeps >= 1);
     CHECK(spins_through(ring));
+}
+
+// A waiter that may leave its peer's CPU (a worker's) moves off it, keeps
+// its affinity mask, and spins where it would have slept at once.
+void waits_leave_the_peers_cpu(WaitBackend backend) {
+    cpu_set_t all;
+    CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    if (CPU_COUNT(&all) < 2) {
+        CHECK(!leave_cpu(first));
+        return;
+    }
+    Fixture f(4, 16, RingKind::spsc, backend);
+    SpscRing ring = f.ring<SpscRing>();
+    std::thread moving([&] {
+        CHECK(pin_to_cpu(first));
+        CHECK(!leave_cpu(first));   // its only CPU
+        CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+        CHECK(leave_cpu(first) && current_cpu() != first);
+        cpu_set_t after;
+        CHECK(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &all));
+        // As in spins_through: a spin the scheduler interrupted sleeps by design.
+        bool spun = false;
+        for (int attempt = 0; attempt < 5 && !spun; ++attempt) {
+            CHECK(pin_to_cpu(first));
+            Reservation res;
+            CHECK(ring.begin_push(4, res));
+            ring.end_push(res);   // notes `first` as the notifier's CPU
+            CHECK(ring.begin_pop(res));
+            ring.end_pop(res);
+            CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+            WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, true,
+                                                 std::chrono::milliseconds(2), false, true);
+            spun = st.spin_wins == 1 && st.sleeps == 0;
+        }
+        CHECK(spun);
+    });
+    moving.join();
 }
 
 void timeouts_and_close(WaitBackend backend) {
@@ -1498,6 +1538,7 @@ int main() {
         out_of_order_publication(backend);
         timeouts_and_close(backend);
         waits_without_spinning(backend);
+        waits_leave_the_peers_cpu(backend);
         waits_give_way(backend);
         // Until a round has taken some back: a loaded machine may let the
         // consumer keep ahead of every withdrawal of a round.
