@@ -72,12 +72,13 @@ struct WaitOptions {
     // false: poll a few times, then sleep, leaving the spin budget as it is.
     // For a waiter that knows every core is taken by a process doing work.
     bool spin = true;
-    // A worker waiting for its client: found on the CPU the client last
-    // notified from, it moves to another CPU it may run on (leave_cpu),
-    // at most once per Waiter::kMoveGapNs. Otherwise the two stay there
-    // together: neither spins where the other runs, so each sleeps and
-    // wakes the other, and the scheduler, seeing one of them runnable at a
-    // time, never parts them (a round trip then costs two wake-ups).
+    // A worker waiting for its client's next task: found on the CPU the
+    // client last notified from, it moves to another CPU it may run on
+    // (leave_cpu), at most once per Waiter::kMoveGapNs, where it would
+    // spin: not while spins are off. Otherwise the two stay there together:
+    // neither spins where the other runs, so each sleeps and wakes the
+    // other, and the scheduler, seeing one of them runnable at a time,
+    // never parts them (a round trip then costs two wake-ups).
     bool leave_peer_cpu = false;
 };
 
@@ -131,9 +132,11 @@ private:
     WaitStats stats_;
 };
 
-// Moves the calling thread off `cpu` onto another CPU of its affinity mask,
-// which it then restores: the thread stays where it landed until the
-// scheduler moves it. False where it cannot (one CPU allowed, not Linux).
+// Moves the calling thread off `cpu` onto another CPU of its affinity mask
+// (the kernel's pick), then sets the mask it read back: the thread stays
+// where it landed until the scheduler moves it. The mask read is of online
+// CPUs, so a CPU brought online later is not added to it. False where it
+// cannot (one CPU allowed, not Linux).
 bool leave_cpu(int cpu) noexcept;
 
 // The blocking half of the protocol, one backend call.
@@ -222,11 +225,12 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
     // thread sleeps.
     int cpu = ev.notifier_cpu.load(std::memory_order_relaxed);
     bool shared = cpu >= 0 && cpu == current_cpu();
-    if (shared && opt.leave_peer_cpu && start >= next_move_ns_) {
+    bool spins = opt.spin && start >= contended_until_ns.load(std::memory_order_relaxed);
+    if (spins && shared && opt.leave_peer_cpu && start >= next_move_ns_) {
         next_move_ns_ = start + kMoveGapNs;
         shared = !leave_cpu(cpu);
     }
-    bool spins = opt.spin && !shared && start >= contended_until_ns.load(std::memory_order_relaxed);
+    spins = spins && !shared;
     if (spins && spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);

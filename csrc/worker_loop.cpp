@@ -90,7 +90,6 @@ WaitOptions WorkerLoop::wait_options() const noexcept {
     WaitOptions opt;
     opt.peer = &client_;
     opt.hook = SliceHook{language_.idle, language_.self};
-    opt.leave_peer_cpu = true;
     return opt;
 }
 
@@ -122,7 +121,11 @@ WaitStatus WorkerLoop::wait_pop(Reservation& res) {
         }
     }
     Released released(language_);
-    return tasks_.wait_pop(res, task_waiter_, wait_options());
+    // Only the client notifies the task ring: its notifier's CPU is the
+    // client's. (Every worker pushes to the result ring.)
+    WaitOptions opt = wait_options();
+    opt.leave_peer_cpu = true;
+    return tasks_.wait_pop(res, task_waiter_, opt);
 }
 
 WorkerLoop::Stop WorkerLoop::serve() {
