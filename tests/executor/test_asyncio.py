@@ -215,7 +215,7 @@ def test_asubmit_and_amap_need_a_running_loop(mizu_pool):
 
 def test_a_view_s_task_timeout_applies_to_asubmit_and_amap(run_loop):
     async def main(pool):
-        view = pool.options(task_timeout=0.2)
+        view = pool.options(task_timeout=0.5)
         with pytest.raises(TimeoutError):
             await view.asubmit(children.nap, 30)
         with pytest.raises(TimeoutError):

@@ -173,7 +173,8 @@ def test_a_thousand_short_tasks_one_in_ten_overrunning_each_settle_once(tmp_path
     ex = mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, task_timeout=0.2)
     try:
         pids = settle_one_in_ten_overrunning(
-            lambda i, seconds: ex.submit(executor_children.tally_then_nap, tally, i, seconds), 1000, tally, 120)
+            ex, lambda view, i, seconds: view.submit(executor_children.tally_then_nap, tally, i, seconds), 1000,
+            tally, 120)
         _full(ex)
         assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
     finally:

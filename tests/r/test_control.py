@@ -85,8 +85,8 @@ def test_an_r_task_past_its_deadline_fails_with_timeout_error_and_the_rest_run_o
 def test_a_thousand_r_tasks_one_in_ten_overrunning_each_settle_once(make, tmp_path):
     tally = str(tmp_path / "tally")
     pool = make(2, task_timeout=0.2)
-    pids = settle_one_in_ten_overrunning(lambda i, seconds: pool.submit(R_TALLY_THEN_NAP, tally, i, seconds),
-                                         1000, tally, 5 * WAIT)
+    pids = settle_one_in_ten_overrunning(
+        pool, lambda view, i, seconds: view.submit(R_TALLY_THEN_NAP, tally, i, seconds), 1000, tally, 5 * WAIT)
     _full(pool)
     assert pool.submit("function(x) x * 2L", 21).result(timeout=WAIT) == 42
     returns_within(lambda: pool.shutdown(wait=True), WAIT)
