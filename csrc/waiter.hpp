@@ -74,11 +74,14 @@ struct WaitOptions {
     bool spin = true;
     // A worker waiting for its client's next task: found on the CPU the
     // client last notified from, it moves to another CPU it may run on
-    // (leave_cpu), at most once per Waiter::kMoveGapNs, where it would
-    // spin: not while spins are off. Otherwise the two stay there together:
-    // neither spins where the other runs, so each sleeps and wakes the
-    // other, and the scheduler, seeing one of them runnable at a time,
-    // never parts them (a round trip then costs two wake-ups).
+    // (leave_cpu), at most once per Waiter::kMoveGapNs, unless told not to
+    // spin (every core has work), and even while this process's spins are
+    // stopped (contended_until_ns): a spin the scheduler interrupted on a
+    // CPU shared with the client is what the move ends. Otherwise the two
+    // stay there together: neither spins where the other runs, so each
+    // sleeps and wakes the other, and the scheduler, seeing one of them
+    // runnable at a time, never parts them (a round trip then costs two
+    // wake-ups).
     bool leave_peer_cpu = false;
 };
 
@@ -86,6 +89,7 @@ struct WaitStats {
     uint64_t spin_wins = 0;      // waits that ended while spinning
     uint64_t sleeps = 0;         // blocking calls made
     uint64_t late_wakeups = 0;   // slices that expired with the condition already true
+    uint64_t moves = 0;          // moves off the CPU of the peer (WaitOptions::leave_peer_cpu)
 };
 
 // The process-local half of a waiting side: the adaptive spin budget and
@@ -225,12 +229,12 @@ WaitStatus Waiter::wait(EventWord& ev, Ready&& ready, const WaitOptions& opt) {
     // thread sleeps.
     int cpu = ev.notifier_cpu.load(std::memory_order_relaxed);
     bool shared = cpu >= 0 && cpu == current_cpu();
-    bool spins = opt.spin && start >= contended_until_ns.load(std::memory_order_relaxed);
-    if (spins && shared && opt.leave_peer_cpu && start >= next_move_ns_) {
+    if (opt.spin && shared && opt.leave_peer_cpu && start >= next_move_ns_) {
         next_move_ns_ = start + kMoveGapNs;
         shared = !leave_cpu(cpu);
+        if (!shared) ++stats_.moves;
     }
-    spins = spins && !shared;
+    bool spins = opt.spin && !shared && start >= contended_until_ns.load(std::memory_order_relaxed);
     if (spins && spin(ready, start, opt.deadline_ns)) {
         ++stats_.spin_wins;
         adapt(now_ns() - start, false);

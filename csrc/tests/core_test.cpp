@@ -582,21 +582,35 @@ void waits_leave_the_peers_cpu(WaitBackend backend) {
         CHECK(leave_cpu(first) && current_cpu() != first);
         cpu_set_t after;
         CHECK(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &all));
-        // As in spins_through: a spin the scheduler interrupted sleeps by design.
-        bool spun = false;
-        for (int attempt = 0; attempt < 5 && !spun; ++attempt) {
-            CHECK(pin_to_cpu(first));
-            Reservation res;
-            CHECK(ring.begin_push(4, res));
-            ring.end_push(res);   // notes `first` as the notifier's CPU
-            CHECK(ring.begin_pop(res));
-            ring.end_pop(res);
-            CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
-            WaitStats st = wait_for_late_message(ring, [] { contended_until_ns.store(0); }, true,
-                                                 std::chrono::milliseconds(2), false, true);
-            spun = st.spin_wins == 1 && st.sleeps == 0;
-        }
-        CHECK(spun);
+        // A wait on `first`, which the ring notes as the notifier's CPU, with
+        // this process's spins stopped until `contended` (0: not stopped);
+        // tried again until it ends as `expected` says, as a loaded machine
+        // may move the thread before the wait or interrupt its spin (which
+        // then sleeps by design, as in spins_through).
+        auto waits_on_first = [&](int64_t contended, auto expected) {
+            for (int attempt = 0; attempt < 20; ++attempt) {
+                CHECK(pin_to_cpu(first));
+                Reservation res;
+                CHECK(ring.begin_push(4, res));
+                ring.end_push(res);
+                CHECK(ring.begin_pop(res));
+                ring.end_pop(res);
+                CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+                WaitStats st = wait_for_late_message(ring, [=] { contended_until_ns.store(contended); }, true,
+                                                     std::chrono::milliseconds(2), false, true);
+                if (expected(st)) return true;
+            }
+            return false;
+        };
+        // It leaves, then spins where it would have slept.
+        CHECK(waits_on_first(0, [](const WaitStats& st) {
+            return st.moves == 1 && st.spin_wins == 1 && st.sleeps == 0;
+        }));
+        // With its spins stopped, it still leaves, and sleeps.
+        CHECK(waits_on_first(now_ns() + 10000000000LL, [](const WaitStats& st) {
+            return st.moves == 1 && st.spin_wins == 0 && st.sleeps >= 1;
+        }));
+        contended_until_ns.store(0);
     });
     moving.join();
 #else
