@@ -162,6 +162,9 @@ uint64_t tickets_race(uint64_t tickets, WaitBackend backend) {
             }
             claimed[t] = 1;
             for (uint32_t spin = rng() % 2000; spin; --spin) std::atomic_signal_fence(std::memory_order_seq_cst);
+            // Now and then a long run, behind which the producer has time to
+            // withdraw however the two are scheduled.
+            if (t % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
             if (t % 3 == 0) tasks.answer();
             CHECK(outcomes.wait_push(8, res, ow, WaitOptions{}) == WaitStatus::ready);
             std::memcpy(res.data(), &t, 8);
