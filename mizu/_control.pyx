@@ -123,7 +123,8 @@ cdef class Controller(Collector):
 
         Called with recv_lock held once next_check_ns has passed; sets it
         again. A task that has not started yet cannot pass its deadline
-        before now plus its timeout, which is when it is looked at again.
+        before now plus its timeout, which is when it is looked at again,
+        even behind a running task whose own deadline is later (or none).
         """
         cdef Worker worker
         cdef Cell cell
@@ -162,10 +163,12 @@ cdef class Controller(Collector):
                                         f"{task} ran longer than its task_timeout of {timeout:g} s: its worker "
                                         f"(process {worker.process.pid}) was ended, and is replaced.")
                                     ended.append((worker, future, error, (now - at) * 1e-9))
-                                # Ended now, or it has just answered and its result is in the ring.
-                                due = now + _DEATH_POLL_NS
+                                # Ended now (what was queued behind it is
+                                # pending again), or it has just answered
+                                # and its result is in the ring.
+                                next_ns = min(next_ns, now + _DEATH_POLL_NS)
+                                break
                     next_ns = min(next_ns, due)
-                    break
             self.next_check_ns = next_ns
         finally:
             self.send_lock.give()

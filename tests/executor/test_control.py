@@ -155,6 +155,15 @@ def test_the_deadline_counts_from_the_start_of_the_task_not_its_submission(oracl
     assert [f.result(timeout=WAIT) for f in futures] == [0.5] * 4
 
 
+@pytest.mark.parametrize("ahead", [WAIT, None], ids=["a later deadline", "no deadline"])
+def test_a_task_queued_behind_one_with_a_later_deadline_ends_by_its_own(oracle, ahead):
+    pool = oracle(1)
+    first = pool.submit(children.nap, 1.0, timeout=ahead)
+    late = pool.submit(children.nap, WAIT, timeout=0.5)
+    assert first.result(timeout=WAIT) == 1.0
+    assert isinstance(_settles(late, 0.5 + GRACE), pool.timed_out)
+
+
 @pytest.mark.parametrize("task", ["sleep in C", "SIGTERM ignored"])
 def test_a_task_that_does_not_stop_at_sigterm_still_ends_by_its_deadline(oracle, tmp_path, task):
     pool = oracle(1)
