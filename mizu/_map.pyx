@@ -89,15 +89,22 @@ cdef Py_ssize_t _batch_size(double task_seconds, Py_ssize_t units, Py_ssize_t ch
 
 
 def _wait_ticking(future, end_time, bar):
-    """future's result, waited for in slices that tick the bar between them, until end_time (None: no end)."""
+    """future's result, waited for in slices that tick the bar between them, until end_time (None: no end).
+
+    A slice waits with exception(), which returns the task's own error
+    rather than raise it: a task that failed with TimeoutError (its
+    deadline, or its own) is not mistaken for a slice that ran out.
+    """
     while True:
         bar.tick()
         left = None if end_time is None else end_time - _monotonic()
         try:
-            return future.result(TICK_SECONDS if left is None else min(left, TICK_SECONDS))
+            future.exception(TICK_SECONDS if left is None else min(left, TICK_SECONDS))
         except _base.TimeoutError:
             if left is not None and left <= TICK_SECONDS:
                 raise
+            continue
+        return future.result()
 
 
 cdef class _Settled:
