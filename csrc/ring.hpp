@@ -162,15 +162,20 @@ public:
     // The producer: withdraws the tickets after `acting` up to `last`, all
     // pushed, provided the consumer has claimed `acting` (the oldest ticket
     // whose outcome the producer still awaits) and nothing since, and has not
-    // answered it. True if they are withdrawn: the consumer will claim none
-    // of them.
-    bool withdraw(uint64_t acting, uint64_t last) noexcept {
+    // answered it, unless `behind_answered`: taking back what is queued
+    // behind an answered ticket is as safe, and only a producer that means
+    // to end the consumer's run of `acting` needs it unanswered. True if
+    // they are withdrawn: the consumer will claim none of them.
+    bool withdraw(uint64_t acting, uint64_t last, bool behind_answered = false) noexcept {
         uint64_t word = r_->tickets.load(std::memory_order_relaxed);
+        uint64_t claim = word & ~kAnswered;
         // Withdrawn words name tickets after the acting one of their time,
         // which the producer still awaits if it still awaits `acting`.
-        bool on_acting = word == acting || ((word & kWithdrawn) && acting <= (word & kTicketBits));
-        if (!on_acting || (word & kAnswered) || last <= acting) return false;
-        return r_->tickets.compare_exchange_strong(word, kWithdrawn | last, std::memory_order_relaxed);
+        bool on_acting = claim == acting || ((claim & kWithdrawn) && acting <= (claim & kTicketBits));
+        if (!on_acting || ((word & kAnswered) && !behind_answered) || last <= acting) return false;
+        // The answer stays marked: a later withdrawal must still see it.
+        return r_->tickets.compare_exchange_strong(word, kWithdrawn | (word & kAnswered) | last,
+                                                   std::memory_order_relaxed);
     }
 
     // The producer, once the consumer of a ring with one consumer has died

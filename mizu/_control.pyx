@@ -76,7 +76,7 @@ cdef class Controller(Collector):
         ended = []
         self.send_lock.take(kForever)
         try:
-            # Tried again while its worker moves from one task to the next.
+            # Tried again if its worker claims a task meanwhile.
             while not is_done(cell):
                 if self.pending.remove(future):
                     if cell.state is _RUNNING:   # taken back earlier, or reserved for a worker coming up
@@ -100,9 +100,15 @@ cdef class Controller(Collector):
                         ended.append((holder, future, None, max(0.0, (now_ns() - at) * 1e-9)))
                     break   # else it has just been answered
                 # Not started: every task of its worker after the one it runs
-                # is withdrawn; this one is dropped, the others sent again.
+                # is withdrawn, even once that one is answered (the worker
+                # may not claim another while this thread holds send_lock:
+                # its next task may be still in its outbox, its answer
+                # waiting for room in the ring, or the worker retiring);
+                # this one is dropped, the others sent again. A withdrawal
+                # fails only if the worker has claimed a task meanwhile.
                 if (<_Ring>holder.ring)._withdraw(
-                        word & kTicketBits, cell_of(holder.in_flight.at(holder.in_flight.size() - 1)).task_id):
+                        word & kTicketBits, cell_of(holder.in_flight.at(holder.in_flight.size() - 1)).task_id,
+                        True):
                     claimed = 0
                     while (claimed < holder.in_flight.size()
                            and _claimed(word, cell_of(holder.in_flight.at(claimed)).task_id)):

@@ -28,7 +28,7 @@ cdef class _Ring:
     cdef object _try_pop(self)
     cdef object _pop(self, int64_t deadline_ns, PeerWatch peer, bint spin)
     cdef bint _claim(self, uint64_t ticket) noexcept
-    cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept
+    cdef bint _withdraw(self, uint64_t acting, uint64_t last, bint behind_answered=*) noexcept
     cdef uint64_t _last_claim(self, int64_t* at) noexcept
 
 

@@ -127,14 +127,14 @@ cdef class _Ring:
         """The consumer has the outcome of the ticket it claimed last: the producer withdraws nothing behind it now."""
         self.ring.get().base().answer()
 
-    def withdraw(self, acting, last):
+    def withdraw(self, acting, last, behind_answered=False):
         """The producer withdraws the tickets after `acting` up to `last`; whether it did.
 
         It does only while the consumer's last claim is `acting` (or a
-        withdrawal since), not yet answered: then the consumer will claim
-        none of them.
+        withdrawal since), not yet answered unless `behind_answered`: then
+        the consumer will claim none of them.
         """
-        return self._withdraw(acting, last)
+        return self._withdraw(acting, last, behind_answered)
 
     def last_claim(self):
         """(the consumer's last claim, when it made it): a ticket, or 2**63 | the last ticket withdrawn since.
@@ -167,8 +167,8 @@ cdef class _Ring:
     cdef bint _claim(self, uint64_t ticket) noexcept:
         return self.ring.get().base().claim(ticket, now_ns())
 
-    cdef bint _withdraw(self, uint64_t acting, uint64_t last) noexcept:
-        return self.ring.get().base().withdraw(acting, last)
+    cdef bint _withdraw(self, uint64_t acting, uint64_t last, bint behind_answered=False) noexcept:
+        return self.ring.get().base().withdraw(acting, last, behind_answered)
 
     cdef uint64_t _last_claim(self, int64_t* at) noexcept:
         return self.ring.get().base().last_claim(at[0])

@@ -471,6 +471,13 @@ void answered_tickets() {
     consumer.answer();
     CHECK(producer.last_claim(at) == (kWithdrawn | kAnswered | 9) && !producer.withdraw(6, 12));
     CHECK(!consumer.claim(9, 30) && consumer.claim(10, 40) && producer.last_claim(at) == 10 && at == 40);
+    // Behind an answered ticket, asked to: the answer stays marked.
+    consumer.answer();
+    CHECK(!producer.withdraw(10, 13) && producer.withdraw(10, 13, true));
+    CHECK(producer.last_claim(at) == (kWithdrawn | kAnswered | 13) && !producer.withdraw(10, 15));
+    CHECK(producer.withdraw(10, 15, true) && producer.last_claim(at) == (kWithdrawn | kAnswered | 15));
+    CHECK(!consumer.claim(11, 50) && !consumer.claim(15, 50) && consumer.claim(16, 60));
+    CHECK(producer.last_claim(at) == 16 && at == 60 && !producer.withdraw(10, 20, true));
 }
 
 // The producer pushes a message `delay` after `after()`; returns the

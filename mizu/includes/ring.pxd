@@ -24,7 +24,7 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         bint claim(uint64_t ticket, int64_t at)
         void answer()
         uint64_t last_claim(int64_t& at)
-        bint withdraw(uint64_t acting, uint64_t last)
+        bint withdraw(uint64_t acting, uint64_t last, bint behind_answered)
         void reset_consumer()
         void close()
         bint closed()

@@ -507,6 +507,26 @@ def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_ne
             assert len(ex._processes) == 1
 
 
+def test_a_done_callback_stops_the_task_queued_behind_its_own_on_a_worker_retiring_for_its_memory(tmp_path):
+    """The task behind one that a worker answers, then retires for its memory, was sent to that worker ahead:
+    stopped from the first one's done-callback, it is cancelled, never runs, and the pool goes on."""
+    tally = str(tmp_path / "tally")
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER) as probe:
+        baseline = resident_memory(probe.submit(children.pid).result(timeout=WAIT))
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, task_timeout=WAIT,
+                                  max_worker_memory=baseline + (100 << 20)) as ex:
+        first = ex.submit(children.pid).result(timeout=WAIT)
+        big = ex.submit(executor_children.hoard, 200 << 20)
+        queued = ex.submit(executor_children.tally_then_nap, tally, "queued", 0)
+        stopped = []
+        big.add_done_callback(lambda _: stopped.append(ex.stop(queued)))
+        assert big.result(timeout=WAIT) == first
+        wait_until(lambda: stopped, WAIT, "the done-callback")
+        assert stopped == [True] and queued.cancelled()
+        assert ex.submit(children.double, 21).result(timeout=WAIT) == 42
+    assert not os.path.exists(tally)
+
+
 # -- options and arguments --------------------------------------------------------------------------------------
 
 
