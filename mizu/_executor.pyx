@@ -16,7 +16,7 @@ import os
 import sys
 from concurrent.futures import process as _process
 
-from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers
+from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers, within_reach
 from mizu._launchers import MultiprocessingLauncher
 from mizu._map import check_ordered, map_results
 from mizu._pickler import by_value as pickling_by_value
@@ -218,6 +218,7 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         if mp_context is None:
             mp_context = multiprocessing.get_context()
         self._mp_context = mp_context
+        max_tasks_per_child, max_worker_memory = within_reach(max_tasks_per_child), within_reach(max_worker_memory)
         launcher = MultiprocessingLauncher(mp_context, initializer, initargs, max_tasks_per_child,
                                            pickling_by_value(by_value), max_worker_memory)
         self._start_pool(max_workers, launcher, max_tasks_per_child, task_timeout, worker_death, seeds)

@@ -13,7 +13,6 @@ the seeds of a ``seed=`` (for None, those inherited) for its `_submit`
 and `_map`: what gives each task its own random stream.
 """
 
-import math
 import numbers
 import weakref
 
@@ -51,6 +50,18 @@ def check_max_tasks(max_tasks_per_child):
             raise ValueError("max_tasks_per_child must be >= 1")
 
 
+# Limits no pool comes near: a count of tasks or of bytes from here on, or
+# a deadline of 2**62 ns (146 years), means none. Below them every layer,
+# down to the R worker's doubles, holds the value exactly.
+_UNREACHED_COUNT = 2 ** 53
+_UNREACHED_NS = 2 ** 62
+
+
+def within_reach(limit):
+    """A count limit (max_tasks_per_child, max_worker_memory), checked: None (no limit) from 2**53 on."""
+    return None if limit is None or limit >= _UNREACHED_COUNT else limit
+
+
 def _timeout_ns(task_timeout):
     """task_timeout (seconds, or None) in ns (0: none), or the error that says what is wrong with it."""
     if task_timeout is None:
@@ -60,7 +71,7 @@ def _timeout_ns(task_timeout):
                         f"{type(task_timeout).__name__}")
     if not task_timeout > 0:
         raise ValueError(f"task_timeout must be more than 0 seconds (None: no limit), not {task_timeout!r}")
-    return 0 if math.isinf(task_timeout) else max(1, int(task_timeout * 1e9))
+    return 0 if task_timeout * 1e9 >= _UNREACHED_NS else max(1, int(task_timeout * 1e9))
 
 
 def check_controls(task_timeout, worker_death, max_worker_memory):

@@ -10,7 +10,7 @@ import pathlib
 import re
 
 from mizu._core import usable_cpus
-from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers
+from mizu._executor_base import ExecutorBase, check_controls, check_max_tasks, checked_workers, within_reach
 from mizu._map import map_results
 from mizu._messages import CALL
 from mizu._r import package
@@ -133,6 +133,7 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         seeds = self._seeds_of(seed)
         rscript = package.find_rscript(rscript)
         library = package.ensure_installed(rscript=rscript)
+        max_tasks_per_child, max_worker_memory = within_reach(max_tasks_per_child), within_reach(max_worker_memory)
         self._start_pool(max_workers, RLauncher(rscript, library, setup, max_tasks_per_child, max_worker_memory),
                          max_tasks_per_child, task_timeout, worker_death, seeds)
 

@@ -572,6 +572,16 @@ def test_bad_arguments_are_refused_naming_the_argument(kwargs, error, name):
     assert "unexpected keyword" not in str(info.value)
 
 
+@pytest.mark.parametrize("controls", [{"task_timeout": 1e12}, {"task_timeout": sys.maxsize}, {"max_worker_memory": 2 ** 70},
+                                      {"max_tasks_per_child": 2 ** 63}], ids=lambda controls: repr(controls))
+def test_a_limit_no_pool_comes_near_is_no_limit(controls):
+    """As math.inf is for task_timeout; the stdlib's pool takes any max_tasks_per_child."""
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, **controls) as ex:
+        first = ex.submit(children.pid).result(timeout=WAIT)
+        assert ex.options(task_timeout=10 ** 15).submit(children.double, 21).result(timeout=WAIT) == 42
+        assert ex.submit(children.pid).result(timeout=WAIT) == first
+
+
 @pytest.mark.parametrize("control", [{"task_timeout": 1}, {"worker_death": "replace"}, {"max_worker_memory": 1 << 30}],
                          ids=lambda control: next(iter(control)))
 def test_a_control_that_replaces_workers_refuses_a_fork_context(control):

@@ -112,6 +112,13 @@ def test_an_r_task_queued_behind_one_with_a_later_deadline_ends_by_its_own(make,
     assert isinstance(late.exception(timeout=0.5 + 10), TimeoutError)
 
 
+def test_limits_no_r_pool_comes_near_are_no_limit(make):
+    pool = make(1, task_timeout=1e12, max_worker_memory=2 ** 70, max_tasks_per_child=2 ** 63)
+    first = pool.submit(PID).result(timeout=WAIT)
+    assert pool.options(task_timeout=10 ** 15).submit("function(x) x * 2L", 21).result(timeout=WAIT) == 42
+    assert pool.submit(PID).result(timeout=WAIT) == first
+
+
 # -- stopping a task --------------------------------------------------------------------------------------------
 
 
