@@ -26,8 +26,9 @@
 // notes when it claimed its ticket, so that the producer can tell how long
 // the message it acts on has been acted on (a task's deadline), and may mark
 // it answered before it sends the answer, after which the producer's
-// withdrawal behind it fails: a deadline judged as the answer goes out
-// either wins before the mark (the consumer is ended) or sees it.
+// withdrawal behind it fails unless asked to go behind the answer: a
+// deadline judged as the answer goes out either wins before the mark (the
+// consumer is ended) or sees it.
 //
 // A consumer or producer that dies is the producer's to clean up after, once
 // it is gone: reset_consumer() drops what a dead consumer of a ring with one
@@ -138,8 +139,9 @@ public:
         }
     }
     // The consumer, once it has the outcome of the ticket it claimed last,
-    // before it sends it: the producer withdraws nothing behind that ticket
-    // from now on (withdraw fails). Marking it again changes nothing.
+    // before it sends it: from now on the producer withdraws behind that
+    // ticket only if asked to go behind the answer (withdraw's
+    // behind_answered). Marking it again changes nothing.
     void answer() noexcept {
         // The word names that ticket, or tickets withdrawn behind it since: a
         // CAS that fails has met a withdrawal, and marks the word it left.

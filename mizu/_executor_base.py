@@ -71,7 +71,8 @@ def _timeout_ns(task_timeout):
                         f"{type(task_timeout).__name__}")
     if not task_timeout > 0:
         raise ValueError(f"task_timeout must be more than 0 seconds (None: no limit), not {task_timeout!r}")
-    return 0 if task_timeout * 1e9 >= _UNREACHED_NS else max(1, int(task_timeout * 1e9))
+    # Compared before it is scaled: an int too large for a float compares.
+    return 0 if task_timeout >= _UNREACHED_NS * 1e-9 else max(1, int(task_timeout * 1e9))
 
 
 def check_controls(task_timeout, worker_death, max_worker_memory):

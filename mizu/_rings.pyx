@@ -124,7 +124,8 @@ cdef class _Ring:
         return self._claim(ticket)
 
     def answer(self):
-        """The consumer has the outcome of the ticket it claimed last: the producer withdraws nothing behind it now."""
+        """The consumer has the outcome of the ticket it claimed last: the producer withdraws behind it now only if
+        asked to (withdraw's behind_answered)."""
         self.ring.get().base().answer()
 
     def withdraw(self, acting, last, behind_answered=False):

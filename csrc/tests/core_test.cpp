@@ -187,7 +187,7 @@ uint64_t tickets_race(uint64_t tickets, WaitBackend backend) {
             CHECK(!awaited.empty() && awaited.front() == out);
             awaited.pop_front();
         }
-        if (awaited.size() >= 2 && rng() % 3 == 0 && tasks.withdraw(awaited.front(), awaited.back())) {
+        if (awaited.size() >= 2 && rng() % 3 == 0 && tasks.withdraw(awaited.front(), awaited.back(), rng() % 2)) {
             for (std::size_t i = 1; i < awaited.size(); ++i) withdrawn[awaited[i]] = 1;
             awaited.resize(1);
         }
