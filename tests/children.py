@@ -46,13 +46,6 @@ def fail_at(x, bad=7):
     return x
 
 
-def time_out_at(x, bad=7):
-    """x, unless x is bad: then it raises TimeoutError, as a call to a server that did not answer would."""
-    if x == bad:
-        raise TimeoutError(f"{x} got no answer")
-    return x
-
-
 _initialized = []
 
 
