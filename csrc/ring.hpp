@@ -371,7 +371,7 @@ public:
                     // relaxed: read only once this process is dead (void_abandoned).
                     s->owner.store(owner_, std::memory_order_relaxed);
                     s->len = len;
-                    pass_baton(r_->writable, writable());
+                    pass_baton(r_->writable, [this] { return writable(); });
                     return true;
                 }
             } else if (dif < 0) {
@@ -396,7 +396,7 @@ public:
                 if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     res.slot = s;
                     res.pos = pos;
-                    pass_baton(r_->readable, readable());
+                    pass_baton(r_->readable, [this] { return readable(); });
                     return true;
                 }
             } else if (dif < 0) {
@@ -467,12 +467,14 @@ private:
     // Positions complete out of order when several processes push or pop,
     // so the wake-up for a later position can reach a sleeper that still
     // finds the head unready and sleeps again. Whoever claims a position
-    // therefore wakes the next sleeper while more is ready.
-    // relaxed: a hint; a sleeper announced itself with an RMW that this
-    // process has already observed (through its own RMWs on the ring) or
-    // that precedes its own re-check of the ring.
-    static void pass_baton(EventWord& ev, bool more) noexcept {
-        if (more && ev.sleepers.load(std::memory_order_relaxed) != 0) notify(ev);
+    // therefore wakes the next sleeper while more is ready. `sleepers` is
+    // read first: while nobody sleeps, the next slot, which the other side
+    // wrote last, is not read.
+    // relaxed: a hint. A sleeper announced itself before its own re-check
+    // of the ring: one that this load misses re-checks after this claim.
+    template <class More>
+    static void pass_baton(EventWord& ev, More more) noexcept {
+        if (ev.sleepers.load(std::memory_order_relaxed) != 0 && more()) notify(ev);
     }
 };
 

@@ -16,6 +16,17 @@
 #include "liveness.hpp"
 #include "spin.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+#define MIZU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MIZU_TSAN 1
+#endif
+#endif
+#ifndef MIZU_TSAN
+#define MIZU_TSAN 0
+#endif
+
 namespace mizu {
 
 enum class WaitBackend : uint32_t {
@@ -147,14 +158,29 @@ bool leave_cpu(int cpu) noexcept;
 AddressWait event_sleep(EventWord& ev, uint32_t key, int64_t timeout_ns) noexcept;
 void event_wake(EventWord& ev, bool all) noexcept;
 
-// The announce-then-re-check handshake is a Dekker pair carried by read-
-// modify-writes on `sleepers` rather than by fences: the producer's RMW in
-// notify() and the waiter's here are ordered in the word's modification
-// order. If the producer's comes first, the waiter's acquire reads from its
-// release and so sees the data published before it; if the waiter's comes
-// first, the producer sees a sleeper and wakes it.
+// The announce-then-re-check handshake is a Dekker pair: the waiter
+// announces itself in `sleepers` and then re-checks its condition; the
+// producer publishes and then reads `sleepers`. A sequentially consistent
+// fence between each side's write and read orders the two fences: if the
+// producer's comes first, the waiter's re-check sees what was published;
+// if the waiter's does, the producer sees the sleeper and wakes it. The
+// producer only reads the word, so while nobody sleeps it writes no line
+// of the EventWord, and the line stays in both sides' caches: a message
+// moves no cache line beyond its slot's.
+inline void handshake_fence(std::atomic<uint32_t>& sleepers) noexcept {
+#if MIZU_TSAN
+    // ThreadSanitizer does not model fences: an RMW on the word orders the
+    // pair instead, as it would on its own.
+    sleepers.fetch_add(0, std::memory_order_seq_cst);
+#else
+    (void)sleepers;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 inline uint32_t prepare_wait(EventWord& ev) noexcept {
-    ev.sleepers.fetch_add(1, std::memory_order_acq_rel);
+    ev.sleepers.fetch_add(1, std::memory_order_relaxed);
+    handshake_fence(ev.sleepers);
     // acquire pairs with the release bump in notify(): a waiter that reads the
     // new epoch also sees the data published before it.
     return ev.epoch.load(std::memory_order_acquire);
@@ -163,13 +189,14 @@ inline uint32_t prepare_wait(EventWord& ev) noexcept {
 inline void finish_wait(EventWord& ev) noexcept { ev.sleepers.fetch_sub(1, std::memory_order_relaxed); }
 
 inline void notify(EventWord& ev, bool all) {
-    // relaxed: a hint for the waiter's choice to spin, ordering nothing. On
-    // the line the next instruction writes anyway.
-    ev.notifier_cpu.store(current_cpu(), std::memory_order_relaxed);
-    // The producer's half of the handshake in prepare_wait(). While nobody
-    // sleeps this line stays in the producer's cache, so the cost is one
-    // uncontended locked instruction and no syscall.
-    if (ev.sleepers.fetch_add(0, std::memory_order_acq_rel) == 0) return;
+    // relaxed: a hint for the waiter's choice to spin, ordering nothing;
+    // written only when it changes, so that the line stays shared.
+    int cpu = current_cpu();
+    if (ev.notifier_cpu.load(std::memory_order_relaxed) != cpu) ev.notifier_cpu.store(cpu, std::memory_order_relaxed);
+    // The producer's half of the handshake in prepare_wait(): while nobody
+    // sleeps, a fence and a load, and no syscall.
+    handshake_fence(ev.sleepers);
+    if (ev.sleepers.load(std::memory_order_relaxed) == 0) return;
     ev.epoch.fetch_add(1, std::memory_order_release);
     event_wake(ev, all);
 }
