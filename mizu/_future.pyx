@@ -71,6 +71,7 @@ cdef inline bint _ended(object state) noexcept:
     return state is FINISHED or state is CANCELLED or state is CANCELLED_AND_NOTIFIED
 
 
+@cython.freelist(16)
 cdef class Cell:
     """The state of one LazyFuture, and (weakly) the pool it belongs to."""
 
