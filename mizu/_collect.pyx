@@ -11,6 +11,8 @@ to its roster entry.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
 
 from mizu._failures cimport Watchdog, reap
@@ -41,6 +43,25 @@ cdef extern from "pythread.h":
     unsigned long PyThread_get_thread_ident()
 
 
+cdef extern from *:
+    """
+    // The object a weak reference refers to (a new reference), or NULL once
+    // it is gone, without a call through the weakref's type.
+    static inline PyObject* mizu_referent(PyObject* ref) {
+    #if PY_VERSION_HEX >= 0x030D0000
+        PyObject* obj = NULL;
+        return PyWeakref_GetRef(ref, &obj) < 0 ? NULL : obj;
+    #else
+        PyObject* obj = PyWeakref_GET_OBJECT(ref);
+        if (obj == Py_None) return NULL;
+        Py_INCREF(obj);
+        return obj;
+    #endif
+    }
+    """
+    PyObject* mizu_referent(object ref)
+
+
 cdef object _lazy_result = LazyFuture.result
 cdef object _lazy_exception = LazyFuture.exception
 cdef object _FINISHED = _base.FINISHED
@@ -50,9 +71,13 @@ cdef object _collect_for(Cell cell, timeout):
     """Collect results in this thread until the future of cell is done; the part of timeout left for the stdlib's own wait."""
     if is_done(cell):
         return timeout
-    pool = cell.pool()
-    if pool is None:
+    cdef PyObject* referent = NULL
+    if cell.pool is not None:   # else a future that no pool made
+        referent = mizu_referent(cell.pool)
+    if referent == NULL:
         return timeout
+    pool = <object>referent
+    Py_DECREF(pool)
     if timeout is None:
         (<Collector>pool).wait_until(cell, kForever)
         return None
