@@ -75,7 +75,7 @@ cdef class Dispatcher(Controller):
         raise NotImplementedError
 
     cpdef submit(self, int kind, fn, first, second, Py_ssize_t calls, counter=None, int64_t timeout_ns=-1):
-        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs, or units and shape.
+        """The future of a task: its call's kind (CALL or BATCH), fn, and args and kwargs (or None), or units and shape.
 
         timeout_ns: its deadline once started, in ns (0: none); -1: the pool's.
         """

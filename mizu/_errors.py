@@ -80,7 +80,8 @@ def call_repr(fn, args, kwargs, arg_repr=brief.repr):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
         label = f"{module}.{name}" if module and name else brief.repr(fn)
     parts = [arg_repr(arg) for arg in args]
-    parts.extend(f"{key}={arg_repr(value)}" for key, value in kwargs.items())
+    if kwargs:   # a dict, or None for none
+        parts.extend(f"{key}={arg_repr(value)}" for key, value in kwargs.items())
     text = f"{label}({', '.join(parts)})"
     return text if len(text) <= _TASK_REPR else text[:_TASK_REPR - 3] + "..."
 

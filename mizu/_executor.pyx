@@ -6,6 +6,8 @@ what it shares with the R pool's Executor is mizu._executor_base.
 """
 
 from cpython.object cimport PyObject, PyObject_TypeCheck, PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 from mizu._future cimport slot_offset
 from mizu._messages cimport CALL
@@ -223,23 +225,6 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
                                            pickling_by_value(by_value), max_worker_memory)
         self._start_pool(max_workers, launcher, max_tasks_per_child, task_timeout, worker_death, seeds)
 
-    def submit(self, fn, /, *args, **kwargs):
-        """submit(fn, /, *args, **kwargs)
-
-        Schedule ``fn(*args, **kwargs)`` in a worker and return its Future.
-
-        Raises
-        ------
-        BrokenProcessPool
-            A worker died; the pool cannot be used any more.
-        RuntimeError
-            The executor was shut down.
-        """
-        cdef Pool pool = _pool_of(self)
-        if pool.seeds is not None:
-            fn, args = pool.seeds.task(fn, args)
-        return pool.submit(CALL, fn, args, kwargs, 1)
-
     def _submit(self, fn, args, kwargs, timeout_ns, seeds):
         # A view's (options): the task's deadline and seeds its own.
         if seeds is not None:
@@ -339,6 +324,65 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
             if operation not in ("terminate", "kill"):
                 raise ValueError(f"Unsupported operation: {operation!r}")
             self._pool.force_shutdown(operation)
+
+
+# submit is a method written in C (METH_FASTCALL | METH_KEYWORDS): a def
+# with **kwargs would make a dict for every call, even one without keywords.
+cdef extern from *:
+    """
+    typedef PyObject* (*mizu_fastcall)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
+    static mizu_fastcall mizu_submit_impl;
+    static PyObject* mizu_submit_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+        return mizu_submit_impl(self, args, nargs, kwnames);
+    }
+    static PyMethodDef mizu_submit_def = {"submit", (PyCFunction)(void (*)(void))mizu_submit_entry,
+                                          METH_FASTCALL | METH_KEYWORDS, NULL};
+    """
+    ctypedef PyObject* (*mizu_fastcall)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)
+    mizu_fastcall mizu_submit_impl
+    ctypedef struct PyMethodDef:
+        const char* ml_doc
+    PyMethodDef mizu_submit_def
+    object PyDescr_NewMethod(PyTypeObject* type, PyMethodDef* method)
+
+
+cdef object _submit(object self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames):
+    """ProcessPoolExecutor.submit(fn, /, *args, **kwargs), from the vectorcall's arguments."""
+    cdef Py_ssize_t i, nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    cdef tuple positional
+    cdef dict keywords = None
+    if nargs < 1:
+        raise TypeError("submit() missing 1 required positional argument: 'fn'")
+    fn = <object>args[0]
+    positional = PyTuple_New(nargs - 1)
+    for i in range(1, nargs):
+        Py_INCREF(<object>args[i])
+        PyTuple_SET_ITEM(positional, i - 1, <object>args[i])
+    if nkw:
+        keywords = {}
+        for i in range(nkw):
+            keywords[<object>PyTuple_GET_ITEM(<object>kwnames, i)] = <object>args[nargs + i]
+    cdef Pool pool = _pool_of(self)
+    if pool.seeds is not None:
+        fn, positional = pool.seeds.task(fn, positional)
+    return pool.submit(CALL, fn, positional, keywords, 1)
+
+
+_SUBMIT_DOC = b"""submit($self, fn, /, *args, **kwargs)
+--
+
+Schedule ``fn(*args, **kwargs)`` in a worker and return its Future.
+
+Raises
+------
+BrokenProcessPool
+    A worker died; the pool cannot be used any more.
+RuntimeError
+    The executor was shut down.
+"""
+mizu_submit_def.ml_doc = _SUBMIT_DOC
+mizu_submit_impl = <mizu_fastcall>_submit
+ProcessPoolExecutor.submit = PyDescr_NewMethod(<PyTypeObject*>ProcessPoolExecutor, &mizu_submit_def)
 
 
 cdef Py_ssize_t _pool_offset = slot_offset(ProcessPoolExecutor, "_pool")
