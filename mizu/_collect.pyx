@@ -94,7 +94,8 @@ class Future(LazyFuture):
 
     def _observed(self):
         # A callback, wait() or as_completed() now depends on the manager thread.
-        pool = (<Cell>self._cell).pool()
+        ref = (<Cell>self._cell).pool
+        pool = None if ref is None else ref()   # None: a future that no pool made
         if pool is not None:
             pool.observe()
 

@@ -206,3 +206,13 @@ def test_waiting_on_finished_futures_costs_no_memory_per_future():
     # The stdlib's own sets and sorted list of the futures take ~150 bytes
     # each; a Condition and its lists would be over 1,000.
     assert peak / len(futures) < 400
+
+
+def test_a_future_of_the_pools_class_made_by_hand_waits_as_the_stdlibs_does(one):
+    # Code written for concurrent.futures may make futures of the class a
+    # pool's submit returns, and set them itself: they belong to no pool.
+    made, seen = type(one.submit(children.double, 1))(), []
+    made.add_done_callback(lambda f: seen.append(f.result()))
+    threading.Timer(0.1, made.set_result, (5,)).start()
+    assert cf.wait([made], timeout=60).done == {made}
+    assert made.result(timeout=60) == 5 and seen == [5]
