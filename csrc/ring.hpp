@@ -357,15 +357,16 @@ public:
     static MpmcRing attach(void* mem, std::size_t bytes) { return MpmcRing(check(mem, bytes, RingKind::mpmc)); }
 
     bool begin_push(uint32_t len, Reservation& res) noexcept {
-        // relaxed loads and CAS on tail: it only hands out tickets; the slot's
-        // seq carries the synchronisation.
+        // relaxed loads of tail: it only hands out tickets; the slot's seq
+        // carries the synchronisation. The claim is seq_cst for pass_baton.
         uint64_t pos = r_->tail.load(std::memory_order_relaxed);
         for (;;) {
             Slot* s = slot(pos);
             // acquire: the consumer that freed this slot has finished reading it.
             int64_t dif = int64_t(turn(s, pos, std::memory_order_acquire) - pos);
             if (dif == 0) {
-                if (r_->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                if (r_->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                                   std::memory_order_relaxed)) {
                     res.slot = s;
                     res.pos = pos;
                     // relaxed: read only once this process is dead (void_abandoned).
@@ -393,7 +394,9 @@ public:
             // acquire: pairs with end_push's release, the payload is complete.
             int64_t dif = int64_t(turn(s, pos, std::memory_order_acquire) - (pos + 1));
             if (dif == 0) {
-                if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                // seq_cst: for pass_baton.
+                if (r_->head.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                                   std::memory_order_relaxed)) {
                     res.slot = s;
                     res.pos = pos;
                     pass_baton(r_->readable, [this] { return readable(); });
@@ -470,11 +473,14 @@ private:
     // therefore wakes the next sleeper while more is ready. `sleepers` is
     // read first: while nobody sleeps, the next slot, which the other side
     // wrote last, is not read.
-    // relaxed: a hint. A sleeper announced itself before its own re-check
-    // of the ring: one that this load misses re-checks after this claim.
+    // seq_cst, as the claim before it: a sleeper announces itself and
+    // fences before it re-checks the ring, so if this load misses the
+    // announcement, the claim precedes that fence and the re-check sees it
+    // (free on x86, where the claim is a locked instruction and the load a
+    // plain one).
     template <class More>
     static void pass_baton(EventWord& ev, More more) noexcept {
-        if (ev.sleepers.load(std::memory_order_relaxed) != 0 && more()) notify(ev);
+        if (ev.sleepers.load(std::memory_order_seq_cst) != 0 && more()) notify(ev);
     }
 };
 
