@@ -3,7 +3,8 @@
 from libc.stdint cimport int64_t
 
 cdef class Cell:
-    cdef public object state, result, exception, condition, pool
+    cdef public object state, result, exception, condition
+    cdef readonly object pool   # a weak reference to the pool, or None: set only in C
     cdef object waiters, callbacks   # the stdlib's _waiters and _done_callbacks, made on first use
     cdef bint observed  # a thread has taken the Condition or added a callback: state changes take the slow path
     cdef bint pinned    # the future has had attributes or a Condition: the collector always visits it
