@@ -335,24 +335,32 @@ cdef extern from *:
     static PyObject* mizu_submit_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
         return mizu_submit_impl(self, args, nargs, kwnames);
     }
-    static PyMethodDef mizu_submit_def = {"submit", (PyCFunction)(void (*)(void))mizu_submit_entry,
-                                          METH_FASTCALL | METH_KEYWORDS, NULL};
+    static PyMethodDef mizu_submit_def = {
+        "submit", (PyCFunction)(void (*)(void))mizu_submit_entry, METH_FASTCALL | METH_KEYWORDS,
+        "submit($self, fn, /, *args, **kwargs)\\n--\\n\\n"
+        "Schedule ``fn(*args, **kwargs)`` in a worker and return its Future.\\n\\n"
+        "Raises\\n"
+        "------\\n"
+        "BrokenProcessPool\\n"
+        "    A worker died; the pool cannot be used any more.\\n"
+        "RuntimeError\\n"
+        "    The executor was shut down.\\n"};
     """
     ctypedef PyObject* (*mizu_fastcall)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)
     mizu_fastcall mizu_submit_impl
     ctypedef struct PyMethodDef:
-        const char* ml_doc
+        pass
     PyMethodDef mizu_submit_def
     object PyDescr_NewMethod(PyTypeObject* type, PyMethodDef* method)
 
 
-cdef object _submit(object self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames):
+cdef object _submit_call(object self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames):
     """ProcessPoolExecutor.submit(fn, /, *args, **kwargs), from the vectorcall's arguments."""
     cdef Py_ssize_t i, nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
     cdef tuple positional
     cdef dict keywords = None
     if nargs < 1:
-        raise TypeError("submit() missing 1 required positional argument: 'fn'")
+        raise TypeError("ProcessPoolExecutor.submit() missing 1 required positional argument: 'fn'")
     fn = <object>args[0]
     positional = PyTuple_New(nargs - 1)
     for i in range(1, nargs):
@@ -368,20 +376,7 @@ cdef object _submit(object self, PyObject* const* args, Py_ssize_t nargs, PyObje
     return pool.submit(CALL, fn, positional, keywords, 1)
 
 
-_SUBMIT_DOC = b"""submit($self, fn, /, *args, **kwargs)
---
-
-Schedule ``fn(*args, **kwargs)`` in a worker and return its Future.
-
-Raises
-------
-BrokenProcessPool
-    A worker died; the pool cannot be used any more.
-RuntimeError
-    The executor was shut down.
-"""
-mizu_submit_def.ml_doc = _SUBMIT_DOC
-mizu_submit_impl = <mizu_fastcall>_submit
+mizu_submit_impl = <mizu_fastcall>_submit_call
 ProcessPoolExecutor.submit = PyDescr_NewMethod(<PyTypeObject*>ProcessPoolExecutor, &mizu_submit_def)
 
 
