@@ -29,6 +29,7 @@ RingLayout* RingBase::init(void* mem, std::size_t bytes, RingKind kind, uint64_t
     r->head.store(0, std::memory_order_relaxed);
     r->tickets.store(0, std::memory_order_relaxed);
     r->claimed_at.store(0, std::memory_order_relaxed);
+    r->answered.store(0, std::memory_order_relaxed);
     event_init(r->readable, backend);
     event_init(r->writable, backend);
     // The slots are zero (fresh memory, as init's contract asks): every one

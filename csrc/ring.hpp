@@ -28,7 +28,10 @@
 // it answered before it sends the answer, after which the producer's
 // withdrawal behind it fails unless asked to go behind the answer: a
 // deadline judged as the answer goes out either wins before the mark (the
-// consumer is ended) or sees it.
+// consumer is ended) or sees it. Of every ticket, marked or not, it notes
+// with a plain store that it has sent the answer: a hint that decides no
+// race, by which the producer leaves a consumer be that has answered (a
+// task stopped as its result waits to be collected).
 //
 // A consumer or producer that dies is the producer's to clean up after, once
 // it is gone: reset_consumer() drops what a dead consumer of a ring with one
@@ -84,6 +87,7 @@ struct RingLayout {
     // with kAnswered once the consumer has answered the one it acts on.
     alignas(kFalseSharingRange) std::atomic<uint64_t> tickets;
     std::atomic<int64_t> claimed_at;  // when the consumer claimed its last ticket (now_ns's clock)
+    std::atomic<uint64_t> answered;   // the last ticket whose answer the consumer has sent (note_answered)
     // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
 };
 
@@ -151,6 +155,21 @@ public:
                                                   std::memory_order_relaxed)) {
         }
     }
+    // The consumer, as it sends the outcome of the ticket it claimed last
+    // (marked answered or not): a hint for the producer, which decides no
+    // race. One that has not seen it yet may still end the consumer's run of
+    // a ticket just answered, and its answer is then dropped.
+    void note_answered(uint64_t ticket) noexcept {
+        // relaxed: a hint, ordering nothing; the answer's push publishes it
+        // with the answer, and a stale read only misses a race.
+        r_->answered.store(ticket, std::memory_order_relaxed);
+    }
+    // The producer: the last ticket whose answer the consumer has sent, as
+    // far as this process has seen (note_answered); 0 before the first.
+    uint64_t answered() const noexcept {
+        // relaxed: see note_answered.
+        return r_->answered.load(std::memory_order_relaxed);
+    }
     // The producer: the consumer's last claim (a ticket, or kWithdrawn | the
     // last ticket withdrawn since, either with kAnswered once it has answered
     // the ticket it acts on), and in `at` when it was made, or later: never
@@ -188,6 +207,7 @@ public:
         // has started it, which orders these stores before its loads.
         r_->head.store(r_->tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
         r_->tickets.store(0, std::memory_order_relaxed);
+        r_->answered.store(0, std::memory_order_relaxed);
         r_->readable.sleepers.store(0, std::memory_order_relaxed);
     }
 

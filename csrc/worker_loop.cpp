@@ -190,7 +190,10 @@ WorkerLoop::Stop WorkerLoop::serve() {
 }
 
 messages::ResultHeader WorkerLoop::result_header(messages::Status status) noexcept {
-    if (running_ && (task_.flags & messages::kTimed)) tasks_.base().answer();
+    if (running_) {
+        if (task_.flags & messages::kTimed) tasks_.base().answer();
+        tasks_.base().note_answered(task_.task_id);
+    }
     double seconds = running_ ? double(now_ns() - start_ns_) * 1e-9 : 0.0;
     return messages::result_header(index_, running_ ? task_.task_id : 0, status, seconds);
 }

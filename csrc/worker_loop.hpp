@@ -78,7 +78,8 @@ public:
     Stop serve();
 
     // The header of the running task's result: its id, and the seconds since
-    // it was claimed. A task with a deadline is marked answered from now on.
+    // it was claimed. The task is noted answered from now on (a task with a
+    // deadline marked so).
     messages::ResultHeader result_header(messages::Status status) noexcept;
     // Sends a message (a result, or a notice), in chunks if it needs them;
     // false once the client is gone or the idle hook ended the wait (see

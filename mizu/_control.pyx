@@ -14,7 +14,9 @@ SIGKILL, and once it has exited it is replaced (end_running, then
 recover). Whether a task has started, and when, is read from its ring's
 tickets (claim, last_claim): the hot paths keep no clock. A worker marks
 the answer of a task with a deadline (TIMED) before it sends it, so that
-a deadline judged meanwhile leaves it be (Ring.answer). Whoever collects
+a deadline judged meanwhile leaves it be (Ring.answer); it notes that of
+any task as it sends it (Ring.note_answered), so that a stop() once it has
+finds it ended, however late its result is collected. Whoever collects
 looks at the deadlines once the earliest may have passed
 (Roster.next_check_ns, check_deadlines), and the waits of the collecting
 caller and the manager thread end by then.
@@ -191,7 +193,11 @@ cdef class Controller(Collector):
         (close_ended).
         """
         cdef Cell cell = cell_of(future)
-        if not (<_Ring>worker.ring)._withdraw(cell.task_id, _EVERY_TICKET):
+        cdef _Ring ring = worker.ring
+        # Answered, its result not collected yet: it has ended. (A task with a
+        # deadline is marked answered, which the withdrawal sees; another is
+        # only noted so, and may answer a moment after this look.)
+        if ring.ring.get().base().answered() >= cell.task_id or not ring._withdraw(cell.task_id, _EVERY_TICKET):
             return False
         self.requeue(worker, worker.in_flight.index(future) + 1)
         worker.in_flight.pop_newest()

@@ -346,7 +346,8 @@ class ExecutorBase:
         Returns
         -------
         bool
-            Whether it stopped the task: False if it had already ended.
+            Whether it stopped the task: False if it had already ended,
+            its result sent (then kept) even if not yet collected.
 
         Raises
         ------

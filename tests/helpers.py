@@ -275,6 +275,25 @@ def assert_stops(stop, future):
         future.result(timeout=0)
 
 
+def stop_once_answered(pool, gated, gate, future, tally, timeout):
+    """What pool.stop(future) returns once the task of future has sent its result and nobody has collected it: it
+    is stopped from the done-callback of gated, a task queued before it on the same worker that waits for the file
+    gate (touched here), since that callback runs in the thread that collects. future's task appends its value
+    "answered" to tally as it starts, and returns at once. Fails after timeout seconds."""
+    stopped = []
+
+    def stop_it(_):
+        tally_pid(tally, "answered", timeout)
+        time.sleep(0.5)   # its result is in the ring by now
+        stopped.append(pool.stop(future))
+
+    gated.add_done_callback(stop_it)
+    open(gate, "w").close()
+    gated.result(timeout=timeout)
+    wait_until(lambda: stopped, timeout, "the done-callback")
+    return stopped[0]
+
+
 def settle_one_in_ten_overrunning(pool, submit, n, tally, timeout):
     """Call submit(view, i, seconds) for i in range(n), every tenth task sleeping 5 s past pool's own short deadline
     (view is pool), the others not at all, under a deadline no stall of a loaded machine reaches (view is

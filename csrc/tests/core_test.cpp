@@ -478,6 +478,12 @@ void answered_tickets() {
     CHECK(producer.withdraw(10, 15, true) && producer.last_claim(at) == (kWithdrawn | kAnswered | 15));
     CHECK(!consumer.claim(11, 50) && !consumer.claim(15, 50) && consumer.claim(16, 60));
     CHECK(producer.last_claim(at) == 16 && at == 60 && !producer.withdraw(10, 20, true));
+    // The noted answer is a hint beside the word, which it leaves alone.
+    CHECK(producer.answered() == 0);
+    consumer.note_answered(16);
+    CHECK(producer.answered() == 16 && producer.last_claim(at) == 16 && producer.withdraw(16, 20));
+    producer.reset_consumer();
+    CHECK(producer.answered() == 0 && producer.last_claim(at) == 0);
 }
 
 // The producer pushes a message `delay` after `after()`; returns the

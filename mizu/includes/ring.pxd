@@ -23,6 +23,8 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         uint64_t popped()
         bint claim(uint64_t ticket, int64_t at)
         void answer()
+        uint64_t answered()
+        void note_answered(uint64_t ticket)
         uint64_t last_claim(int64_t& at)
         bint withdraw(uint64_t acting, uint64_t last, bint behind_answered)
         void reset_consumer()

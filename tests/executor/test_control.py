@@ -28,7 +28,8 @@ import children
 import executor_children
 import mizu
 from helpers import (announced_pid, assert_stops, exit_all, require, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced, wait_until, workers_up)
+                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced, wait_until,
+                     workers_up)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -226,6 +227,21 @@ def test_stopping_a_done_future_returns_false_and_keeps_its_result(oracle):
     assert pool.stop(done) is False
     assert not done.cancelled()
     assert done.result(timeout=0) == 42
+
+
+@pytest.mark.parametrize("task_timeout", [None, WAIT])
+def test_stopping_a_task_answered_but_not_yet_collected_returns_false_and_keeps_its_result(tmp_path, task_timeout):
+    """The worker has sent the task's result, which nobody has collected yet (the thread that collects runs the
+    done-callback that stops it): the task has ended, with or without a deadline, so nothing is stopped."""
+    tally, gate = str(tmp_path / "tally"), str(tmp_path / "gate")
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, task_timeout=task_timeout) as ex:
+        worker = ex.submit(children.pid).result(timeout=WAIT)
+        gated = ex.submit(children.wait_for_file, gate)
+        answered = ex.submit(executor_children.tally_then_nap, tally, "answered", 0)
+        assert stop_once_answered(ex, gated, gate, answered, tally, WAIT) is False
+        assert answered.result(timeout=WAIT) == "answered"
+        assert ex.submit(children.pid).result(timeout=WAIT) == worker
+    assert tallies(tally) == {"answered": 1}
 
 
 @pytest.mark.parametrize("kind", ["mizu", "stdlib"])

@@ -16,7 +16,7 @@ import pytest
 
 import mizu
 from helpers import (assert_stops, children_of, exit_all, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, tallies, tally_pid, wait_replaced)
+                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced)
 from r_children import R_HOARD, R_TALLY_THEN_NAP, R_WAIT_FOR_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -148,6 +148,18 @@ def test_stopping_a_running_r_task_cancels_it_ends_its_worker_and_the_rest_run_o
     done.result(timeout=WAIT)
     assert pool.stop(done) is False
     assert not done.cancelled()
+
+
+def test_stopping_an_r_task_answered_but_not_yet_collected_returns_false_and_keeps_its_result(make, tmp_path):
+    pool = make(1)
+    tally, gate = str(tmp_path / "tally"), str(tmp_path / "gate")
+    worker = pool.submit(PID).result(timeout=WAIT)
+    gated = pool.submit(R_WAIT_FOR_FILE, gate)
+    answered = pool.submit(R_TALLY_THEN_NAP, tally, "answered", 0)
+    assert stop_once_answered(pool, gated, gate, answered, tally, WAIT) is False
+    assert answered.result(timeout=WAIT) == "answered"
+    assert pool.submit(PID).result(timeout=WAIT) == worker
+    assert tallies(tally) == {"answered": 1}
 
 
 # -- a worker that dies mid-task --------------------------------------------------------------------------------
