@@ -190,15 +190,14 @@ WorkerLoop::Stop WorkerLoop::serve() {
 }
 
 messages::ResultHeader WorkerLoop::result_header(messages::Status status) noexcept {
-    if (running_) {
-        if (task_.flags & messages::kTimed) tasks_.base().answer();
-        tasks_.base().note_answered(task_.task_id);
-    }
+    if (running_ && (task_.flags & messages::kTimed)) tasks_.base().answer();
     double seconds = running_ ? double(now_ns() - start_ns_) * 1e-9 : 0.0;
     return messages::result_header(index_, running_ ? task_.task_id : 0, status, seconds);
 }
 
 bool WorkerLoop::send(const char* data, std::size_t size) {
+    // The outcome is whole: from now on a stop() leaves the task be.
+    if (running_) tasks_.base().note_answered(task_.task_id);
     std::size_t limit = results_.base().max_message();
     if (size <= limit) return push(data, size);
     out_chunk_.resize(limit);

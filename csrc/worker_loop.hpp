@@ -78,10 +78,10 @@ public:
     Stop serve();
 
     // The header of the running task's result: its id, and the seconds since
-    // it was claimed. The task is noted answered from now on (a task with a
-    // deadline marked so).
+    // it was claimed. A task with a deadline is marked answered from now on.
     messages::ResultHeader result_header(messages::Status status) noexcept;
     // Sends a message (a result, or a notice), in chunks if it needs them;
+    // the running task's result is noted answered as it goes (note_answered);
     // false once the client is gone or the idle hook ended the wait (see
     // stop()), and serve() then stops after the running task.
     bool send(const char* data, std::size_t size);

@@ -15,8 +15,9 @@ recover). Whether a task has started, and when, is read from its ring's
 tickets (claim, last_claim): the hot paths keep no clock. A worker marks
 the answer of a task with a deadline (TIMED) before it sends it, so that
 a deadline judged meanwhile leaves it be (Ring.answer); it notes that of
-any task as it sends it (Ring.note_answered), so that a stop() once it has
-finds it ended, however late its result is collected. Whoever collects
+any task as it sends it (RingBase::note_answered, _sent), so that a stop()
+once it has finds it ended, however late its result is collected.
+Whoever collects
 looks at the deadlines once the earliest may have passed
 (Roster.next_check_ns, check_deadlines), and the waits of the collecting
 caller and the manager thread end by then.
@@ -55,11 +56,22 @@ cdef inline bint _claimed(uint64_t word, uint64_t task_id) noexcept:
     return task_id <= (word & kTicketBits) if word & kWithdrawn else (word & kTicketBits) >= task_id
 
 
+cdef inline bint _sent(Worker worker, Cell cell) noexcept:
+    """Whether worker has sent the outcome of cell's task, by the answer it notes beside its ring's tickets.
+
+    A hint (RingBase::note_answered): it may send it a moment after this look.
+    """
+    return (<_Ring>worker.ring).ring.get().base().answered() >= cell.task_id
+
+
 cdef class Controller(Collector):
     """The pool controlling running work: deadlines, stop(), and workers ended or dead replaced."""
 
     def stop(self, future):
-        """Stop the task of future, pending or running; whether it did (False once it is done). Its future is cancelled.
+        """Stop the task of future, pending or running; whether it did (False once it has ended). Its future is cancelled.
+
+        A task has ended once its worker has sent its outcome, collected or
+        not: its result is kept.
 
         A task not started yet is taken back (withdrawn from its worker's
         ring, the tasks queued behind it sent again); a running one's worker
@@ -94,6 +106,8 @@ cdef class Controller(Collector):
                     break
                 word = (<_Ring>holder.ring)._last_claim(&at)
                 if _claimed(word, cell.task_id):
+                    if _sent(holder, cell):
+                        break   # ended: its result is on its way
                     if not self.launcher.safe_with_threads:
                         raise ValueError("stop() cannot stop a running task of a pool whose workers start with "
                                          "fork: its worker would be replaced while the pool runs threads, which "
@@ -193,11 +207,9 @@ cdef class Controller(Collector):
         (close_ended).
         """
         cdef Cell cell = cell_of(future)
-        cdef _Ring ring = worker.ring
-        # Answered, its result not collected yet: it has ended. (A task with a
-        # deadline is marked answered, which the withdrawal sees; another is
-        # only noted so, and may answer a moment after this look.)
-        if ring.ring.get().base().answered() >= cell.task_id or not ring._withdraw(cell.task_id, _EVERY_TICKET):
+        # Sent, its result not collected yet: it has ended. (A task with a
+        # deadline is marked answered before, which the withdrawal sees.)
+        if _sent(worker, cell) or not (<_Ring>worker.ring)._withdraw(cell.task_id, _EVERY_TICKET):
             return False
         self.requeue(worker, worker.in_flight.index(future) + 1)
         worker.in_flight.pop_newest()

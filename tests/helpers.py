@@ -278,19 +278,23 @@ def assert_stops(stop, future):
 def stop_once_answered(pool, gated, gate, future, tally, timeout):
     """What pool.stop(future) returns once the task of future has sent its result and nobody has collected it: it
     is stopped from the done-callback of gated, a task queued before it on the same worker that waits for the file
-    gate (touched here), since that callback runs in the thread that collects. future's task appends its value
-    "answered" to tally as it starts, and returns at once. Fails after timeout seconds."""
+    gate (touched here), since that callback runs in the thread that collects, once the pool's result ring holds
+    that result. What stop() raised is raised here. Fails after timeout seconds."""
     stopped = []
 
     def stop_it(_):
-        tally_pid(tally, "answered", timeout)
-        time.sleep(0.5)   # its result is in the ring by now
-        stopped.append(pool.stop(future))
+        try:
+            wait_until(lambda: len(pool._pool.results), timeout, "the result of the task to stop")
+            stopped.append(pool.stop(future))
+        except BaseException as exc:
+            stopped.append(exc)
 
     gated.add_done_callback(stop_it)
     open(gate, "w").close()
     gated.result(timeout=timeout)
     wait_until(lambda: stopped, timeout, "the done-callback")
+    if isinstance(stopped[0], BaseException):
+        raise stopped[0]
     return stopped[0]
 
 

@@ -229,12 +229,15 @@ def test_stopping_a_done_future_returns_false_and_keeps_its_result(oracle):
     assert done.result(timeout=0) == 42
 
 
-@pytest.mark.parametrize("task_timeout", [None, WAIT])
-def test_stopping_a_task_answered_but_not_yet_collected_returns_false_and_keeps_its_result(tmp_path, task_timeout):
+@pytest.mark.parametrize("method, task_timeout", [("forkserver", None), ("forkserver", WAIT), ("fork", None)])
+def test_stopping_a_task_answered_but_not_yet_collected_returns_false_and_keeps_its_result(tmp_path, method,
+                                                                                           task_timeout):
     """The worker has sent the task's result, which nobody has collected yet (the thread that collects runs the
-    done-callback that stops it): the task has ended, with or without a deadline, so nothing is stopped."""
+    done-callback that stops it): the task has ended, with or without a deadline, so nothing is stopped; nor does a
+    fork pool, which cannot stop a running task, refuse."""
     tally, gate = str(tmp_path / "tally"), str(tmp_path / "gate")
-    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, task_timeout=task_timeout) as ex:
+    context = multiprocessing.get_context(method)
+    with mizu.ProcessPoolExecutor(1, mp_context=context, task_timeout=task_timeout) as ex:
         worker = ex.submit(children.pid).result(timeout=WAIT)
         gated = ex.submit(children.wait_for_file, gate)
         answered = ex.submit(executor_children.tally_then_nap, tally, "answered", 0)
