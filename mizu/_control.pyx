@@ -17,8 +17,7 @@ the answer of a task with a deadline (TIMED) before it sends it, so that
 a deadline judged meanwhile leaves it be (Ring.answer); it notes that of
 any task as it sends it (RingBase::note_answered, _sent), so that a stop()
 once it has finds it ended, however late its result is collected.
-Whoever collects
-looks at the deadlines once the earliest may have passed
+Whoever collects looks at the deadlines once the earliest may have passed
 (Roster.next_check_ns, check_deadlines), and the waits of the collecting
 caller and the manager thread end by then.
 """
@@ -68,7 +67,7 @@ cdef class Controller(Collector):
     """The pool controlling running work: deadlines, stop(), and workers ended or dead replaced."""
 
     def stop(self, future):
-        """Stop the task of future, pending or running; whether it did (False once it has ended). Its future is cancelled.
+        """Stop the task of future, pending or running; whether it did (False once it ended). Its future is cancelled.
 
         A task has ended once its worker has sent its outcome, collected or
         not: its result is kept.

@@ -275,7 +275,7 @@ def assert_stops(stop, future):
         future.result(timeout=0)
 
 
-def stop_once_answered(pool, gated, gate, future, tally, timeout):
+def stop_once_answered(pool, gated, gate, future, timeout):
     """What pool.stop(future) returns once the task of future has sent its result and nobody has collected it: it
     is stopped from the done-callback of gated, a task queued before it on the same worker that waits for the file
     gate (touched here), since that callback runs in the thread that collects, once the pool's result ring holds

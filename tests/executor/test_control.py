@@ -241,7 +241,7 @@ def test_stopping_a_task_answered_but_not_yet_collected_returns_false_and_keeps_
         worker = ex.submit(children.pid).result(timeout=WAIT)
         gated = ex.submit(children.wait_for_file, gate)
         answered = ex.submit(executor_children.tally_then_nap, tally, "answered", 0)
-        assert stop_once_answered(ex, gated, gate, answered, tally, WAIT) is False
+        assert stop_once_answered(ex, gated, gate, answered, WAIT) is False
         assert answered.result(timeout=WAIT) == "answered"
         assert ex.submit(children.pid).result(timeout=WAIT) == worker
     assert tallies(tally) == {"answered": 1}

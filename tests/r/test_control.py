@@ -156,7 +156,7 @@ def test_stopping_an_r_task_answered_but_not_yet_collected_returns_false_and_kee
     worker = pool.submit(PID).result(timeout=WAIT)
     gated = pool.submit(R_WAIT_FOR_FILE, gate)
     answered = pool.submit(R_TALLY_THEN_NAP, tally, "answered", 0)
-    assert stop_once_answered(pool, gated, gate, answered, tally, WAIT) is False
+    assert stop_once_answered(pool, gated, gate, answered, WAIT) is False
     assert answered.result(timeout=WAIT) == "answered"
     assert pool.submit(PID).result(timeout=WAIT) == worker
     assert tallies(tally) == {"answered": 1}
