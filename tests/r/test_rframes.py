@@ -81,7 +81,7 @@ def columns(draw, n):
         ticks = draw(st.lists(_MICROS, min_size=n, max_size=n))
         times = np.array(ticks, dtype="M8[us]")
         if missing and n:
-            times[draw(st.integers(0, n - 1))] = np.datetime64("NaT")
+            times[draw(st.integers(0, n - 1))] = np.datetime64("NaT", "us")
         s = pd.Series(times)
         if kind == "datetime-utc":
             return s.dt.tz_localize("UTC")
@@ -91,7 +91,7 @@ def columns(draw, n):
     if kind == "timedelta":
         spans = np.array(draw(st.lists(_MICROS, min_size=n, max_size=n)), dtype="m8[us]")
         if missing and n:
-            spans[draw(st.integers(0, n - 1))] = np.timedelta64("NaT")
+            spans[draw(st.integers(0, n - 1))] = np.timedelta64("NaT", "us")
         return pd.Series(spans)
     if kind == "str" or (kind == "date" and not n):
         text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=8)
