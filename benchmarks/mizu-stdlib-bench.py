@@ -632,13 +632,14 @@ def main(argv=None):
     names = [name for name, _ in kinds]
     # Each ratio column two spaces wider than its header, "x vs InterpreterPool" included.
     width = {n: max(20, len("x vs " + n) + 2) for n in names[1:]}
-    print(f"{'row':<58}" + "".join(f"{n:>16}" for n in names)
+    first = max([58] + [len(f"{title} ({unit})") + 2 for title, unit, *_ in rows])
+    print(f"{'row':<{first}}" + "".join(f"{n:>16}" for n in names)
           + "".join(f"{'x vs ' + n:>{width[n]}}" for n in names[1:]))
     for title, unit, _, _, _, scale in rows:
         med = {n: statistics.median(samples[(title, n)]) for n in names}
         cells = "".join(f"{med[n] * scale:>16.3f}" for n in names)
         ratios = "".join(f"{med[n] / med['mizu']:>{width[n] - 1}.1f}x" for n in names[1:])
-        print(f"{title + ' (' + unit + ')':<58}{cells}{ratios}")
+        print(f"{title + ' (' + unit + ')':<{first}}{cells}{ratios}")
     print(f"ideal for the 2,000-task map (total work / cores): {ideal * 1e3:.3f} ms")
     for label, found in by_value.items():
         low, _, high = statistics.quantiles(found, n=4)
