@@ -1,6 +1,7 @@
 import concurrent.futures as cf
 import multiprocessing
 import os
+import platform
 import signal
 import sys
 import time
@@ -34,6 +35,10 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+# How many tests pytest_collection_modifyitems dropped for this Python.
+_DROPPED = pytest.StashKey[int]()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "stdlib_oracle_from(version): the stdlib's pool is this test's oracle only "
                             "from that Python on (before, it lacks the feature or hangs); its cases drop out before")
@@ -61,6 +66,14 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
+    config.stash[_DROPPED] = len(dropped)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    dropped = config.stash.get(_DROPPED, 0)
+    if dropped:
+        terminalreporter.write_line(f"{dropped} deselected by this suite: what they test is newer than Python "
+                                    f"{platform.python_version()} (the markers python_from, stdlib_oracle_from)")
 
 
 @pytest.fixture(params=[m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()])
