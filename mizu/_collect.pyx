@@ -182,19 +182,21 @@ cdef class Collector(Watchdog):
 
     cdef collect_until(self, Cell cell, int64_t deadline_ns):
         cdef _Ring ring = self.results
-        cdef int64_t now, wait, checked = now_ns()
+        cdef int64_t now, wait
         # A dead worker's successor starts as soon as the death is seen:
         # the exit bell says when, or else a look every millisecond.
         cdef int64_t slice_ns = REPLACING_SLICE_NS if self.replace_dead and self.bell is None else SLICE_NS
         while not is_done(cell) and self.broken is None:
             now = now_ns()
-            if now - checked >= slice_ns:
+            if now - self.checked_ns >= slice_ns:
                 # Results from other workers may keep coming while the one
-                # this future waits on is dead.
-                checked = now
+                # this future waits on is dead; and a caller that waits on
+                # one result after another (an unordered map) calls this
+                # anew for each, while the manager thread leaves the looks
+                # to it: the clock is the pool's, not this call's.
                 self.check_workers()
                 continue
-            wait = min(slice_ns, deadline_ns - now, max(0, self.next_check_ns - now))
+            wait = min(self.checked_ns + slice_ns - now, deadline_ns - now, max(0, self.next_check_ns - now))
             if wait <= 0:
                 if now >= deadline_ns:
                     return

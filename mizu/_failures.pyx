@@ -75,7 +75,8 @@ cdef class Watchdog(Roster):
     cdef check_workers(self):
         """Break the pool if a worker died without retiring, or replace it. Called with recv_lock held."""
         cdef vector[CPeerWatch*] watches
-        if now_ns() >= self.next_check_ns:
+        self.checked_ns = now_ns()
+        if self.checked_ns >= self.next_check_ns:
             self.check_deadlines()
         for worker in self.workers:
             if worker.watch is not None:

@@ -57,6 +57,7 @@ cdef class Roster:
     cdef readonly int64_t task_timeout_ns   # a task's deadline unless submitted with its own, in ns; 0: none
     cdef readonly bint replace_dead     # a worker that dies fails its own task only, and is replaced
     cdef int64_t next_check_ns          # when a task's deadline may pass or an ending worker is due (Watchdog.check_deadlines)
+    cdef int64_t checked_ns             # when the workers were last looked at for a death (Watchdog.check_workers)
     cdef readonly WorkFigures figures   # observers of the work (see tell)
     cdef readonly ProgressBars bars
     cdef SentByValue sent_by_value

@@ -164,6 +164,13 @@ def die_at(x, fatal=7):
     return x
 
 
+def nap_then_die_at(x, fatal=7, seconds=0.005):
+    """x after a nap of seconds, unless x is fatal: then the worker exits with code 3 at once."""
+    die_at(x, fatal)
+    time.sleep(seconds)
+    return x
+
+
 def die_once_file(path, code=3):
     """Exit with code once path exists (a gate the test opens)."""
     wait_for_file(path)
