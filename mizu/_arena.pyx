@@ -66,6 +66,8 @@ _mappings = weakref.WeakValueDictionary()
 # after their blocks are gone: a peer that passes block after block from the
 # same segment then costs one mmap, not one per block. Only ordinary
 # segments: a segment made for one large block should go with that block.
+# Nor once the process that shared them has exited (forget_exited_peers).
+# (arena id, segment id) -> (its _Mapping, the pid of the process that shared it)
 _recent = collections.OrderedDict()
 _RECENT = 8
 _RECENT_BYTES = 2 * DEFAULT_SEGMENT_SIZE
@@ -105,6 +107,29 @@ def release_idle_mappings(seconds):
     for key, (mapping, used) in list(_recent_large.items()):
         if used <= cutoff:
             _recent_large.pop(key, None)
+
+
+def forget_exited_peers():
+    """forget_exited_peers()
+
+    Drop the kept mappings of segments that processes which have exited
+    shared here (a pool's workers, once they are gone): what they held goes
+    back to the system. A block of such a segment that comes again, through
+    another process, is mapped anew.
+    """
+    for key, (mapping, pid) in list(_recent.items()):
+        if pid != current_pid() and not _alive(pid):
+            _recent.pop(key, None)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # another user's: it exists
+    return True
 
 
 cdef _Mapping _mapped(uint64_t arena_id, uint32_t segment_id, shared_ptr[CSegment] seg):
@@ -255,8 +280,10 @@ cdef Block _open(object ref, int fd):
         else:
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
     if m.seg.get().size() <= _RECENT_BYTES:
-        _recent[r.arena_id, r.segment_id] = m
-        _recent.move_to_end((r.arena_id, r.segment_id))
+        # The newest last: popped, then set, so that no step fails should a pool's manager thread
+        # forget it in between (forget_exited_peers).
+        _recent.pop((r.arena_id, r.segment_id), None)
+        _recent[r.arena_id, r.segment_id] = m, r.pid
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
     elif _keep_large:

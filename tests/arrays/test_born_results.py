@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import arrays_children
 import mizu
+from helpers import mapped_segments
 from mizu import _arena, _array_data
 
 N = 200_000   # float64s: 1.6 MB, well above the arena's threshold
@@ -104,6 +105,24 @@ def test_a_workers_idle_arena_memory_goes_back_to_the_system():
         while ex.submit(arrays_children.arena_stats).result(timeout=60)["capacity"] > first:
             assert time.monotonic() < deadline, "the worker kept an idle segment for 30 s"
             time.sleep(0.2)
+
+
+def test_a_pool_shut_down_leaves_no_mapping_of_its_workers_segments():
+    """The segments its results came from, ordinary and large (a segment of one block), are unmapped here.
+
+    While the pool runs, the last few stay mapped once their results are
+    dropped, for the results that come from them next; once its workers are
+    gone, none can come again.
+    """
+    with mizu.ProcessPoolExecutor(1) as warm:   # what a first pool opens once per process
+        warm.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+    before = mapped_segments()
+    with mizu.ProcessPoolExecutor(1) as ex:
+        for n in (N, 5_000_000, 7_500_000):   # 1.6, 40 and 60 MB
+            back = ex.submit(arrays_children.new_array, "negated", n).result(timeout=60)
+            assert back[1] == -1.0
+            del back
+    assert mapped_segments() == before
 
 
 def test_only_workers_take_array_data_from_the_arena():
