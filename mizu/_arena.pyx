@@ -64,9 +64,11 @@ _mappings = weakref.WeakValueDictionary()
 
 # The last few segments of other processes' arenas opened here stay mapped
 # after their blocks are gone: a peer that passes block after block from the
-# same segment then costs one mmap, not one per block. Only ordinary
-# segments: a segment made for one large block should go with that block.
-# Nor once the process that shared them has exited (forget_exited_peers).
+# same segment then costs one mmap, not one per block. Segments up to twice
+# the default size: ordinary ones, and those of a block of up to 64 MB,
+# which a worker's arena keeps as a spare and gives the next such result; a
+# larger segment goes with its block. None once the process that shared it
+# has exited (forget_exited_peers).
 # (arena id, segment id) -> (its _Mapping, the pid of the process that shared it)
 _recent = collections.OrderedDict()
 _RECENT = 8

@@ -17,7 +17,7 @@ from mizu.includes.spin cimport kForever, now_ns
 import os
 import threading
 
-from mizu import _arena, _core
+from mizu import _core
 from mizu._errors import (NOT_STARTED, SHORT_OF_PROCESSES, TERMINATED, TERMINATED_FUTURE, brief,
                           short_of_processes)
 
@@ -150,7 +150,6 @@ cdef class Manager(Dispatcher):
         finally:
             self.send_lock.give()
             self.recv_lock.give()
-        _arena.forget_exited_peers()
 
     def insights(self):
         """Insights: each worker's calls, busy and idle time, and the slowest tasks so far."""

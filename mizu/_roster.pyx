@@ -15,7 +15,7 @@ import threading
 import warnings
 from time import monotonic as _monotonic
 
-from mizu import _core
+from mizu import _arena, _core
 from mizu._errors import SHORT_OF_PROCESSES, brief, error_of, short_of_processes
 
 __all__ = ["Roster", "Worker"]
@@ -333,6 +333,8 @@ cdef class Roster:
                 if proc is not None:
                     proc.join()
                     channel.close()
+            # What the workers shared here and this process kept mapped goes back now.
+            _arena.forget_exited_peers()
         finally:
             # Its spare, if it keeps one, once the workers are told to end:
             # an exception in between (Ctrl-C) must not leave it running.

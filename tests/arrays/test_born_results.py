@@ -122,7 +122,7 @@ def test_a_pool_shut_down_leaves_no_mapping_of_its_workers_segments():
             back = ex.submit(arrays_children.new_array, "negated", n).result(timeout=60)
             assert back[1] == -1.0
             del back
-    assert mapped_segments() == before
+    assert mapped_segments() <= before
 
 
 def test_only_workers_take_array_data_from_the_arena():
