@@ -282,10 +282,8 @@ cdef Block _open(object ref, int fd):
         else:
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
     if m.seg.get().size() <= _RECENT_BYTES:
-        # The newest last: popped, then set, so that no step fails should another thread's
-        # close_workers forget it in between (forget_exited_peers).
-        _recent.pop((r.arena_id, r.segment_id), None)
         _recent[r.arena_id, r.segment_id] = m, r.pid
+        _recent.move_to_end((r.arena_id, r.segment_id))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
     elif _keep_large:

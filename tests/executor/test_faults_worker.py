@@ -322,24 +322,23 @@ def test_a_map_whose_task_kills_its_worker_raises_broken_process_pool(make, exec
                       "executor_children.die_at(")
 
 
+def test_an_unordered_stream_whose_task_kills_its_worker_breaks_the_pool_while_results_keep_coming(make, context):
+    """An unordered map over an endless iterable, whose other worker answers every few milliseconds after the death.
 
-@pytest.mark.parametrize("ordered", [True, False])
-def test_a_stream_whose_task_kills_its_worker_breaks_the_pool_while_results_keep_coming(make, context, ordered):
-    """A bounded map over an endless iterable, whose other worker answers every few milliseconds after the death.
-
-    mizu only: the stdlib's map has no ordered=False, nor buffersize before 3.14.
-    An unordered map waits on one result after another, each wait short:
-    the looks for a death must not start afresh with each.
+    mizu only: the stdlib's map has no ordered=False. It waits on one result
+    after another, each wait short: the looks for a death must not start
+    afresh with each.
     """
     ex = make(mizu.ProcessPoolExecutor, 2, mp_context=context)
     yielded = 0
     with pytest.raises(BrokenProcessPool) as info:
-        for _ in ex.map(executor_children.nap_then_die_at, itertools.count(), buffersize=4, ordered=ordered):
+        for _ in ex.map(executor_children.nap_then_die_at, itertools.count(), buffersize=4, ordered=False):
             yielded += 1
             # About 10 s of the other worker's naps.
             assert yielded < 2000, "the stream went on without the dead worker's call"
     assert "terminated abruptly with exit code 3" in str(info.value)
     _broken_errors(ex, [])
+
 
 # -- values that fail to pickle or unpickle ------------------------------------------------------
 
