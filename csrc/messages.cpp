@@ -149,18 +149,34 @@ std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, 
 // one SCM_RIGHTS message.
 constexpr std::size_t kMaxDescriptors = 250;
 
+namespace {
+
+// One byte of payload (`byte`) and room for `count` descriptors beside it:
+// the message both send_descriptors and receive_descriptors pass.
+struct DescriptorMessage {
+    iovec iov;
+    std::vector<char> control;
+    msghdr msg{};
+
+    DescriptorMessage(char* byte, std::size_t count) : iov{byte, 1}, control(CMSG_SPACE(count * sizeof(int)), 0) {
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.data();
+        msg.msg_controllen = control.size();
+    }
+    DescriptorMessage(const DescriptorMessage&) = delete;
+    DescriptorMessage& operator=(const DescriptorMessage&) = delete;
+};
+
+}  // namespace
+
 void send_descriptors(int socket, const int* fds, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw std::invalid_argument("a message sends from 1 to " + std::to_string(kMaxDescriptors) +
                                     " descriptors, not " + std::to_string(count));
     char byte = 'F';
-    iovec iov{&byte, 1};
-    std::vector<char> control(CMSG_SPACE(count * sizeof(int)), 0);
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
+    DescriptorMessage dm(&byte, count);
+    msghdr& msg = dm.msg;
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -181,13 +197,8 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw MessageError(4, "a message of " + std::to_string(count) + " descriptors");
     char byte = 0;
-    iovec iov{&byte, 1};
-    std::vector<char> control(CMSG_SPACE(count * sizeof(int)), 0);
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
+    DescriptorMessage dm(&byte, count);
+    msghdr& msg = dm.msg;
 #ifdef MSG_CMSG_CLOEXEC
     int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
 #else
