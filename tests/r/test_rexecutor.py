@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import io
 import os
 import re
+import subprocess
 import time
 import traceback
 import warnings
@@ -24,7 +25,7 @@ import mizu
 from helpers import insights_all_up, shm_entries
 from mizu._messages import BATCH, FLAT, SINGLE
 from mizu._r import package as rpackage
-from rsession import r_oracle
+from rsession import r_environment, r_oracle
 
 INT32_MIN = -(2**31)
 
@@ -205,6 +206,34 @@ def test_a_custom_condition_keeps_its_classes(r):
 def test_r_warnings_are_python_warnings(r):
     with pytest.warns(mizu.RWarning, match=r"In log\(x\): NaNs produced"):
         assert np.isnan(r.submit("function(x) log(x)", -1.0).result())
+
+
+WARN_OPTIONS = [
+    (2, "as.numeric('a')"),                                        # the warning becomes the call's error
+    (2, "class(try(as.numeric('a'), silent = TRUE))"),             # ... which a try() in the call catches
+    (1, "as.numeric('a')"),                                        # shown (here: as RWarning)
+    (-1, "as.numeric('a')"),                                       # dropped
+]
+
+
+@pytest.mark.parametrize("warn, expression", WARN_OPTIONS, ids=[f"warn={w}: {e}" for w, e in WARN_OPTIONS])
+def test_the_calls_warn_option_acts_as_in_rscript(r, r_library, warn, expression):
+    source = f"function() {{ old <- options(warn = {warn}); on.exit(options(old)); {expression} }}"
+    done = subprocess.run([str(rpackage.find_rscript()), "--vanilla", "-e",
+                           f"f <- {source}; r <- try(f(), silent = TRUE); "
+                           "cat(if (inherits(r, 'try-error')) conditionMessage(attr(r, 'condition')) else format(r))"],
+                          capture_output=True, text=True, env=r_environment(r_library), timeout=120)
+    assert done.returncode == 0, done.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = r.submit(source).result()
+        except mizu.RError as error:
+            got = error.message
+        else:
+            got = "NA" if isinstance(value, float) and np.isnan(value) else str(value)
+    assert got == done.stdout
+    assert any(issubclass(w.category, mizu.RWarning) for w in caught) == ("Warning" in done.stderr)
 
 
 def test_warnings_as_errors_fail_the_future_with_the_warning(r):

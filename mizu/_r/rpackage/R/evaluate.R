@@ -19,8 +19,15 @@ on_error <- function(cond) {
     invokeRestart("abort")
 }
 
+# A warning is recorded for the client and muffled, as R's default
+# options(warn = 0) would defer it; but under the call's own
+# options(warn = 2) or more it is left to R, which turns it into an error
+# (one that a try() around it catches), and under a negative warn it is
+# dropped, as R drops it.
 on_warning <- function(cond) {
-    .Call(C_record_warning, cond)
+    warn <- getOption("warn", 0L)
+    if (warn >= 2L) return(invisible(NULL))
+    if (warn >= 0L) .Call(C_record_warning, cond)
     tryInvokeRestart("muffleWarning")
 }
 
