@@ -302,6 +302,7 @@ cdef class Collector(Watchdog):
         cdef int status
         cdef bint raised
         cdef unsigned long long task_id
+        unbuilt = None
         if not PyBytes_GET_SIZE(slot):
             return   # left half-written by a worker that died (Controller.recover)
         try:
@@ -324,8 +325,15 @@ cdef class Collector(Watchdog):
             if m.kind != kResult or m.sender >= len(self.roster):
                 raise ValueError(f"a message from worker {m.sender} of {len(self.roster)} that is not a result")
             worker = self.roster[m.sender]
-            value = body_of(m, message, worker.channel)
             status, task_id = m.result.status, m.result.task_id
+            try:
+                value = body_of(m, message, worker.channel)
+            except Exception as exc:
+                # A whole message whose value cannot be built here (an R
+                # frame that pandas cannot hold): its task fails with why.
+                if not (task_id and self.codec.unbuilt_fails_task):
+                    raise
+                unbuilt = exc
         except KeyboardInterrupt as exc:
             # A signal came during unpickling, which runs Python code: what
             # was read of the result is gone, so its future cannot be done.
@@ -375,11 +383,14 @@ cdef class Collector(Watchdog):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
-        value = self.codec.outcome(cell, status, value, &raised)
-        if raised:
-            set_exception(future, cell, value)
+        if unbuilt is not None:
+            set_exception(future, cell, unbuilt)
         else:
-            set_result(future, cell, value)
+            value = self.codec.outcome(cell, status, value, &raised)
+            if raised:
+                set_exception(future, cell, value)
+            else:
+                set_result(future, cell, value)
         if interrupted is not None:
             raise interrupted
 

@@ -42,6 +42,9 @@ cdef class Codec:
 
     cdef readonly str language
     cdef public bint by_value   # pickle what pickle would name by value (mizu._pickler), for the Python worker
+    # A result whose value the client cannot build fails its task (a peer's
+    # wire values); else it breaks the pool, as the stdlib's unpickling does.
+    cdef readonly bint unbuilt_fails_task
 
     cdef bint registrable(self, fn) except -1
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,

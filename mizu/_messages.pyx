@@ -303,6 +303,9 @@ cdef class PeerCodec(Codec):
     Its callables are the worker's own (source text or a name), sent once.
     """
 
+    def __cinit__(self, *args):
+        self.unbuilt_fails_task = True
+
     cdef bint registrable(self, fn) except -1:
         return True
 

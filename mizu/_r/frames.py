@@ -164,7 +164,15 @@ def typed_from_wire(kind, items):
 
     if kind in ("c", "o"):
         levels, codes = items
-        return pandas.Categorical.from_codes(codes, categories=_levels(levels), ordered=kind == "o")
+        levels = _levels(levels)
+        if None in levels:
+            # R's NA as a level (addNA(), exclude = NULL): pandas has no
+            # missing category, so the values of that level are missing.
+            kept = numpy.array([level is not None for level in levels])
+            renumbered = numpy.where(kept, numpy.cumsum(kept) - 1, -1)
+            codes = numpy.where(codes >= 0, renumbered[numpy.maximum(codes, 0)], -1)
+            levels = [level for level in levels if level is not None]
+        return pandas.Categorical.from_codes(codes, categories=levels, ordered=kind == "o")
     if kind == "s":
         out = numpy.empty(len(items[0]), object)
         out[:] = items[0]
@@ -185,7 +193,11 @@ def typed_from_wire(kind, items):
     zone = items[0]
     if not zone:
         return times
-    return pandas.DatetimeIndex(times).tz_localize("UTC").tz_convert(_zone(zone)).array
+    try:
+        return pandas.DatetimeIndex(times).tz_localize("UTC").tz_convert(_zone(zone)).array
+    except (KeyError, ValueError):   # zoneinfo's and pytz's unknown zones are KeyErrors
+        raise ValueError(f"an R time vector's zone {zone!r} is none that Python knows: give its \"tzone\" attribute "
+                         "an IANA name such as \"Europe/Paris\" or \"UTC\"") from None
 
 
 def _zone(name):

@@ -194,6 +194,23 @@ def test_r_made_columns_reach_pandas_as_the_inverse_mapping(r):
     assert isinstance(back.index, pd.RangeIndex)
 
 
+def test_a_factor_with_an_na_level_reads_its_values_as_missing_as_r_prints_them(r, r_library):
+    source = "addNA(factor(c('lo', NA, 'hi', NA), levels = c('lo', 'hi')))"
+    back = r.submit(f"function() data.frame(f = {source})").result()
+    lines = run_rscript(r_library, f"x <- as.character({source}); cat(ifelse(is.na(x), '<NA>', x), sep = '\\n')")
+    printed = [None if line == "<NA>" else line for line in lines.split()]
+    assert back["f"].cat.categories.tolist() == ["lo", "hi"]
+    assert back["f"].astype(object).where(back["f"].notna(), None).tolist() == printed == ["lo", None, "hi", None]
+
+
+def test_a_result_pandas_cannot_hold_fails_its_task_and_the_pool_goes_on(r):
+    with pytest.raises(ValueError, match="zone 'GMT\\+1' is none that Python knows.*IANA name"):
+        r.submit("function() data.frame(t = as.POSIXct('2020-06-01 12:00', tz = 'GMT+1'))").result()
+    with pytest.raises(ValueError, match="categories must be unique"):
+        r.submit("function() data.frame(f = structure(1:2, levels = c('a', 'a'), class = 'factor'))").result()
+    assert r.submit("function() 1 + 1").result() == 2
+
+
 def test_row_names_and_the_index(r):
     df = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index(["a", "b"], dtype="str"))
     assert r.submit("function(df) rownames(df)", df).result() == ["a", "b"]
