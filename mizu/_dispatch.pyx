@@ -23,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from mizu._collect import Future
 from mizu._errors import fail_unpicklable
+from mizu._messages import PeerGone
 from mizu._pickler import named
 
 __all__ = ["Dispatcher"]
@@ -188,6 +189,12 @@ cdef class Dispatcher(Controller):
                     w.clear()
                     data = self.task_message(worker, cell, w)
                 except BaseException as exc:
+                    if type(exc) is PeerGone:
+                        # Its arrays' descriptors found the worker's process
+                        # gone: the task stays in flight, unsent, for the
+                        # successor or the broken pool's error, as those it
+                        # sent and the process did not take.
+                        break
                     worker.in_flight.pop_newest()
                     drop_task(cell)
                     if unpicklable is None:

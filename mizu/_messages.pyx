@@ -42,8 +42,8 @@ from mizu._array_data import born_block, is_born
 from mizu._pickler import dumps as _pickle, loads as _unpickle
 
 __all__ = ["BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "GONE", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
-           "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message",
-           "encode_result", "encode_task"]
+           "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "PeerGone", "Reassembler", "chunks_of",
+           "decode_message", "encode_result", "encode_task"]
 
 # The .pxd's constants, for the modules of mizu that are Python.
 globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, EXITING=EXITING, FLAT=FLAT, GONE=GONE,
@@ -190,12 +190,14 @@ cdef list _place_handed(list buffers):
     return placed
 
 
-cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list placed, int sender, object channel):
+cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list placed, int sender, object channel,
+                        bint* gone=NULL):
     """The message wrapping header and body with the records of the buffers placed, or None.
 
     The blocks' segments' descriptors go to channel first. None, with every
     reference given back, when they cannot be sent (the peer has exited,
-    or the kernel holds too many descriptors in flight for this user).
+    or the kernel holds too many descriptors in flight for this user);
+    gone, if given, is set when the peer's end of channel is closed.
     """
     cdef OutOfBandHeader oob
     cdef BufferRecord record
@@ -212,9 +214,11 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
     refs = [block.share() for block, _, _ in placed]
     try:
         send_descriptors(channel.fileno(), fds.data(), fds.size())
-    except OSError:
+    except OSError as exc:
         for (block, _, _), shared in zip(placed, refs):
             open_block(shared, block.fd)   # adopted and dropped: the reference is given back
+        if gone != NULL:
+            gone[0] = isinstance(exc, ConnectionError)
         return None
     oob = out_of_band_header(sender, <uint16_t>fds.size(), <uint16_t>len(placed))
     out = bytearray(sizeof(OutOfBandHeader) + len(placed) * sizeof(BufferRecord) + n + len(body))
@@ -265,6 +269,10 @@ cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, 
     return head + _pickle(value, None, by_value)
 
 
+class PeerGone(ConnectionError):
+    """A worker's end of its socket is closed: its process has exited."""
+
+
 cdef class Codec:
     """How a Python worker takes values: plain ones on the wire, the rest pickled."""
 
@@ -311,14 +319,18 @@ cdef class PeerCodec(Codec):
 
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
                       list box=None):
-        """Raises TypeError for a part with no wire form, OSError if the arrays' descriptors cannot be sent."""
+        """Raises TypeError for a part with no wire form, PeerGone if the worker's process has exited before
+        the arrays' descriptors could reach it, OSError if they cannot be sent otherwise."""
+        cdef bint gone = False
         placed = encode_peer_into(w, header, n, value, self.language)
         if not placed:
             return None
         data = PyBytes_FromStringAndSize(w.data() + n, w.size() - n)
         w.clear()
-        message = _out_of_band(header, n, data, placed, sender, channel)
+        message = _out_of_band(header, n, data, placed, sender, channel, &gone)
         if message is None:
+            if gone:
+                raise PeerGone(f"the {self.language} worker's process has exited")
             raise OSError(f"the descriptors of a task's arrays could not be sent to its {self.language} worker")
         return message
 

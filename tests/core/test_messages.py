@@ -20,7 +20,7 @@ from hypothesis import given, strategies as st
 
 from mizu import _arena, _wire
 from mizu._messages import (BATCH, CALLABLE, EXITING, FLAT, GONE, KEYWORDS, OK, RAISED, READY, RETIRING, SINGLE,
-                            PeerCodec, Reassembler, chunks_of, decode_message, encode_result, encode_task)
+                            PeerCodec, PeerGone, Reassembler, chunks_of, decode_message, encode_result, encode_task)
 
 TASK = struct.Struct("<BBHIQQ")              # 'T', flags, reserved, reserved, task id, fn id
 RESULT = struct.Struct("<BBHIQd")            # 'R', status, sender, reserved, task id, seconds
@@ -194,6 +194,15 @@ def test_a_peer_s_arrays_are_arena_arrays_named_by_their_records():
         assert np.shares_memory(got[0], big) and got[1].tolist() == [0, 1, 2, 3] and got[2] == 2.5
         with pytest.raises(TypeError, match="has no form in R"):
             encode_task(1, 1, 0, (object(),), link.sender, PeerCodec("R"))
+
+
+def test_a_peer_s_arrays_for_a_closed_socket_say_its_process_is_gone_and_keep_no_reference():
+    with Link() as link:
+        big = link.array(2000, 3)
+        link.receiver.close()
+        with pytest.raises(PeerGone, match="the R worker's process has exited"):
+            encode_task(1, 1, 0, (big,), link.sender, PeerCodec("R"))
+        assert big.base.refs == 1
 
 
 def test_descriptors_that_never_came_fail_at_once():

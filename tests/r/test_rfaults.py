@@ -37,7 +37,13 @@ def _workers(pool):
     return [w.process for w in pool._pool.workers]
 
 
-@pytest.mark.parametrize("when", ["mid-task", "idle"])
+def _exited(pid):
+    """Whether process pid has exited (a zombie its parent has not reaped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("when", ["mid-task", "idle", "exited, then given arrays"])
 def test_a_killed_r_worker_breaks_the_pool_naming_it_and_its_signal(r_library, tmp_path, when):
     before = shm_entries()
     pool = mizu.RExecutor(2)
@@ -52,15 +58,19 @@ def test_a_killed_r_worker_breaks_the_pool_naming_it_and_its_signal(r_library, t
     else:
         os.kill(victim.pid, signal.SIGKILL)
         match = rf"Process {victim.pid} \(mizu-R-worker-0\) terminated abruptly with exit code -9 \(SIGKILL\)"
+        if when != "idle":
+            # The arrays' descriptors then find the worker's socket closed.
+            wait_until(lambda: _exited(victim.pid), 10, "the worker's exit")
+        args = (mizu.zeros(1000),) if when != "idle" else ()
         # Until the pool notices the death, a task may still be taken; once it has (this thread may be held up
         # that long), submit refuses it, naming the same death.
         try:
-            futures = [pool.submit("function() { Sys.sleep(2); 1 }")]
+            futures = [pool.submit("function(...) { Sys.sleep(2); 1 }", *args)]
         except BROKEN as refused:
             assert re.search(match, str(refused)), refused
             futures = []
     for future in futures:
-        with pytest.raises(BROKEN, match=match if future is futures[0] or when == "idle" else "terminated abruptly"):
+        with pytest.raises(BROKEN, match=match if future is futures[0] or when != "mid-task" else "terminated abruptly"):
             future.result(timeout=60)
     with pytest.raises(BROKEN):
         pool.submit("function() 1")
