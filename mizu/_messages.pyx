@@ -167,7 +167,9 @@ cdef list _place_handed(list buffers):
     Array data that numpy took from the arena (mizu._array_data.born_block) is
     sent by reference if, once these buffers are dropped too, no array of
     this process holds it any more: then nothing here can write to it after
-    the receiver has it, as with a copy. Data still held here is copied.
+    the receiver has it, as with a copy. Data still held here is copied, and
+    so is a buffer of less than a quarter of its block (a slice of a large
+    temporary), which would keep the whole block in the receiver's memory.
     """
     placed, born = [], []
     for buffer in buffers:
@@ -175,6 +177,8 @@ cdef list _place_handed(list buffers):
         found = _shareable(arena_block(raw))
         if found is None:
             found = born_block(raw)
+            if found is not None and found[2] * 4 < found[0].nbytes:
+                found = None
             if found is not None:
                 born.append((len(placed), found[3]))
                 found = found[:3]

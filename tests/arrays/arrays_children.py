@@ -68,6 +68,7 @@ def new_array(kind, n):
         "zeros": lambda: np.zeros((n // 100, 100)),
         "ufunc": lambda: np.sqrt(base),
         "slice of a new one": lambda: (base * 2)[10:-10],
+        "small slice of a new one": lambda: (base * 2)[: n // 100],
         "Fortran": lambda: np.asfortranarray((base + 1).reshape(100, -1)),
         "int32": lambda: base.astype(np.int32),
         "in a dict": lambda: {"a": base + 1, "b": [base - 1, "x"], "c": (base * 3)[::2]},

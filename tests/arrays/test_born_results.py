@@ -22,7 +22,8 @@ from mizu import _arena, _array_data
 
 N = 200_000   # float64s: 1.6 MB, well above the arena's threshold
 
-KINDS = ["negated", "empty filled", "zeros", "ufunc", "slice of a new one", "Fortran", "int32", "in a dict"]
+KINDS = ["negated", "empty filled", "zeros", "ufunc", "slice of a new one", "small slice of a new one", "Fortran", "int32",
+         "in a dict"]
 
 
 def _arrays_of(value):
@@ -123,6 +124,16 @@ def test_a_pool_shut_down_leaves_no_mapping_of_its_workers_segments():
             assert back[1] == -1.0
             del back
     assert mapped_segments() <= before
+
+
+def test_a_small_slice_of_a_large_new_array_comes_back_without_the_rest():
+    """As the stdlib's copy would: the client holds the slice's bytes, not the 160 MB array it was cut from."""
+    with mizu.ProcessPoolExecutor(1) as ex:
+        ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
+        got = ex.submit(arrays_children.new_array, "small slice of a new one", 100 * N).result(timeout=60)
+        np.testing.assert_array_equal(got, np.arange(N, dtype=np.float64) * 2)
+        block, offset, nbytes = mizu.arena_block(got)
+        assert nbytes == got.nbytes and block.nbytes < 2 * got.nbytes
 
 
 def test_only_workers_take_array_data_from_the_arena():
