@@ -16,6 +16,7 @@ import warnings
 from time import monotonic as _monotonic
 
 from mizu import _arena, _core
+from mizu._array_data import release_idle_memory
 from mizu._errors import SHORT_OF_PROCESSES, brief, error_of, short_of_processes
 
 __all__ = ["Roster", "Worker"]
@@ -333,8 +334,12 @@ cdef class Roster:
                 if proc is not None:
                     proc.join()
                     channel.close()
-            # What the workers shared here and this process kept mapped goes back now.
+            # What the workers shared here and this process kept mapped goes
+            # back now, and so do the segments of its arenas that hold no
+            # block any more (the arrays it copied for the workers, once
+            # dropped; the first segment stays for the next small array).
             _arena.forget_exited_peers()
+            release_idle_memory(0)
         finally:
             # Its spare, if it keeps one, once the workers are told to end:
             # an exception in between (Ctrl-C) must not leave it running.

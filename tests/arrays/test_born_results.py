@@ -136,6 +136,17 @@ def test_a_small_slice_of_a_large_new_array_comes_back_without_the_rest():
         assert nbytes == got.nbytes and block.nbytes < 2 * got.nbytes
 
 
+def test_a_pool_shut_down_gives_back_the_segments_of_the_arrays_it_copied_for_its_workers():
+    """Plain arrays cross in segments of this process's arena; once they are dropped, none stays mapped."""
+    with mizu.ProcessPoolExecutor(1) as warm:   # what a first pool opens once per process
+        warm.submit(arrays_children.describe, np.ones(N)).result(timeout=60)
+    before = mapped_segments()
+    with mizu.ProcessPoolExecutor(1) as ex:
+        for n in (5_000_000, 12_500_000):   # 40 and 100 MB: each a segment of its own
+            assert ex.submit(arrays_children.describe, np.ones(n)).result(timeout=60)[0] == "ndarray"
+    assert mapped_segments() <= before
+
+
 def test_only_workers_take_array_data_from_the_arena():
     with mizu.ProcessPoolExecutor(1) as ex:
         ex.submit(arrays_children.new_array, "negated", 10).result(timeout=60)
