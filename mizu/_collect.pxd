@@ -24,6 +24,7 @@ cdef class Collector(Watchdog):
     cdef bint unbalanced                # a worker may idle while tasks wait behind a running one (see rebalance)
     cdef public double task_seconds
     cdef public Py_ssize_t depth
+    cdef object interrupted   # what a signal raised while settle() read or settled a result, raised after it (handle)
 
     cdef dispatch(self)
     cdef bint take_recv(self, int64_t deadline_ns) except -1

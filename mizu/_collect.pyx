@@ -17,7 +17,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 from mizu._failures cimport Watchdog, reap
 from mizu._future cimport Cell, cell_of, drop_task, is_done, own_cell, set_exception, set_result
-from mizu._messages cimport GONE, READY, RETIRING, Reassembler, body_of, is_chunk
+from mizu._messages cimport GONE, READY, RETIRING, Reassembler, body_with, is_chunk, take_buffers
 from mizu._roster cimport MAX_DEPTH, Worker
 from mizu._observers cimport SETTLED, UP
 from mizu._rings cimport _Ring
@@ -286,13 +286,21 @@ cdef class Collector(Watchdog):
         # main thread) must not cut the handling of a slot short: its result
         # would be lost, and its future never done. Handlers of signals that
         # came while the slot was awaited run now, and what they raise is
-        # raised once the slot is handled.
+        # raised once the slot is handled; so is what one raises while the
+        # slot's result is read or settled (settle keeps it in `interrupted`).
+        signalled = None
         try:
             PyErr_CheckSignals()
-        except BaseException:
+        except BaseException as exc:
+            signalled = exc
+        try:
             self.settle(slot)
-            raise
-        self.settle(slot)
+        finally:
+            interrupted, self.interrupted = self.interrupted, None
+        if signalled is not None:
+            raise signalled
+        if interrupted is not None:
+            raise interrupted
 
     cdef settle(self, bytes slot):
         cdef Worker worker
@@ -326,8 +334,16 @@ cdef class Collector(Watchdog):
                 raise ValueError(f"a message from worker {m.sender} of {len(self.roster)} that is not a result")
             worker = self.roster[m.sender]
             status, task_id = m.result.status, m.result.task_id
+            buffers = take_buffers(m, worker.channel)
             try:
-                value = body_of(m, message, worker.channel)
+                try:
+                    value = body_with(m, message, buffers)
+                except KeyboardInterrupt as exc:
+                    # Ctrl-C during unpickling, which runs Python code: the
+                    # result is read again, and Ctrl-C raised once it is
+                    # settled. A second Ctrl-C gives the result up.
+                    self.interrupted = exc
+                    value = body_with(m, message, buffers)
             except Exception as exc:
                 # A whole message whose value cannot be built here (an R
                 # frame that pandas cannot hold): its task fails with why.
@@ -335,8 +351,8 @@ cdef class Collector(Watchdog):
                     raise
                 unbuilt = exc
         except KeyboardInterrupt as exc:
-            # A signal came during unpickling, which runs Python code: what
-            # was read of the result is gone, so its future cannot be done.
+            # A second signal during unpickling: the result cannot be read
+            # whole, so its future cannot be done.
             self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
             raise
         except BaseException as exc:
@@ -369,13 +385,12 @@ cdef class Collector(Watchdog):
             self.unbalanced = True   # it idles: dispatch takes back tasks for it (rebalance)
         cell = cell_of(future)
         self.learn(m.result.seconds / cell.calls)
-        interrupted = None
         try:
             self.tell(SETTLED, worker.index, cell, m.result.seconds)
         except BaseException as exc:
             # A progress bar's own errors it logs; a signal's exception
             # raised during its write must not keep the future from settling.
-            interrupted = exc
+            self.interrupted = exc
         drop_task(cell)
         if self.deferred:
             self.deferred -= 1
@@ -391,8 +406,6 @@ cdef class Collector(Watchdog):
                 set_exception(future, cell, value)
             else:
                 set_result(future, cell, value)
-        if interrupted is not None:
-            raise interrupted
 
     cdef void learn(self, double seconds) noexcept:
         """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""

@@ -66,6 +66,8 @@ cdef class Reassembler:
 
 cdef list chunks(const char* data, Py_ssize_t n, int sender, Py_ssize_t limit)
 cdef object body_with_buffers(Message& m, bytes message, object channel)
+cdef list take_buffers(Message& m, object channel)
+cdef object unpickled_body(Message& m, bytes message, list buffers)
 
 
 cdef inline bint is_chunk(bytes slot) noexcept:
@@ -77,3 +79,10 @@ cdef inline object body_of(Message& m, bytes message, object channel):
     if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
         return decode_at(m.body, m.body_size, None)
     return body_with_buffers(m, message, channel)
+
+
+cdef inline object body_with(Message& m, bytes message, list buffers):
+    """The value a message carries, its out-of-band buffers taken already (take_buffers): read again if need be."""
+    if <uint8_t>m.body[0] == kWireBody:
+        return decode_at(m.body, m.body_size, buffers)
+    return unpickled_body(m, message, buffers)

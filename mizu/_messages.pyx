@@ -101,26 +101,33 @@ cdef class Reassembler:
 
 cdef object body_with_buffers(Message& m, bytes message, object channel):
     """body_of's value of a pickle, or of a message with out-of-band buffers."""
+    return body_with(m, message, take_buffers(m, channel))
+
+
+cdef list take_buffers(Message& m, object channel):
+    """The out-of-band buffers of m, its descriptors taken from channel; None if it has none. Runs no Python code."""
     cdef size_t i
     cdef BufferRecord record
     cdef vector[int] fds
-    buffers = None
-    if m.buffer_count:
-        if channel is None:
-            raise ValueError("an out-of-band message needs the socket its descriptors came through")
-        fds = receive_descriptors(channel.fileno(), m.descriptors)
-        try:
-            buffers = []
-            for i in range(m.buffer_count):
-                record = m.buffer(i)
-                ref = PyBytes_FromStringAndSize(<char*>&record.block, sizeof(BlockRef))
-                block = open_block(ref, fds[record.descriptor])
-                buffers.append(memoryview(block)[record.offset:record.offset + record.length])
-        finally:
-            for i in range(fds.size()):
-                os.close(fds[i])
-    if <uint8_t>m.body[0] == kWireBody:
-        return decode_at(m.body, m.body_size, buffers)
+    if not m.buffer_count:
+        return None
+    if channel is None:
+        raise ValueError("an out-of-band message needs the socket its descriptors came through")
+    fds = receive_descriptors(channel.fileno(), m.descriptors)
+    try:
+        buffers = []
+        for i in range(m.buffer_count):
+            record = m.buffer(i)
+            ref = PyBytes_FromStringAndSize(<char*>&record.block, sizeof(BlockRef))
+            block = open_block(ref, fds[record.descriptor])
+            buffers.append(memoryview(block)[record.offset:record.offset + record.length])
+    finally:
+        for i in range(fds.size()):
+            os.close(fds[i])
+    return buffers
+
+
+cdef object unpickled_body(Message& m, bytes message, list buffers):
     return _unpickle(memoryview(message)[m.body_offset:], buffers=buffers)
 
 

@@ -219,6 +219,27 @@ class ExitAtUnpickle:
         return exit_with, (1,)
 
 
+_interrupted = set()
+
+
+def interrupt_first_unpickling(key, value):
+    """value, except the first time key is unpickled in this process: then KeyboardInterrupt, as a Ctrl-C then."""
+    if key not in _interrupted:
+        _interrupted.add(key)
+        raise KeyboardInterrupt
+    return value
+
+
+class InterruptedAtUnpickle:
+    """A value whose first unpickling in a process is interrupted by Ctrl-C."""
+
+    def __init__(self, key, value):
+        self.key, self.value = key, value
+
+    def __reduce__(self):
+        return interrupt_first_unpickling, (self.key, self.value)
+
+
 class MarksWhenPickled:
     """Creates the file at path when it is pickled (a worker sends it back), and cannot be unpickled."""
 
