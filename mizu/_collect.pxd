@@ -7,6 +7,7 @@ from mizu._future cimport Cell
 from mizu._messages cimport Codec, Reassembler
 from mizu._roster cimport Worker
 from mizu._sync cimport Lock
+from mizu.includes.messages cimport Message
 
 cdef enum:
     SLICE_NS = 20_000_000   # a collecting caller checks the workers at least this often
@@ -37,6 +38,7 @@ cdef class Collector(Watchdog):
     cdef start_put_off(self)
     cdef handle(self, bytes slot)
     cdef settle(self, bytes slot)
+    cdef tuple read_again(self, BaseException exc, Message& m, bytes message, list buffers, unsigned long long task_id)
     cdef void learn(self, double seconds) noexcept
     cdef replace(self, Worker worker, bint exited=*)
     cdef succeed(self, Worker worker)

@@ -34,6 +34,9 @@ from mizu._future import LazyFuture
 
 __all__ = ["Collector", "Future"]
 
+cdef enum:
+    UNBUILT = -1   # settle's status of a result whose value could not be built here (read_again)
+
 _SHORT_TASK = 200e-6
 cdef double _SHORT_TASK_C = _SHORT_TASK
 cdef int64_t _DRAIN_NS = 100_000_000   # the longest drain() waits for a push under way
@@ -288,18 +291,16 @@ cdef class Collector(Watchdog):
         # came while the slot was awaited run now, and what they raise is
         # raised once the slot is handled; so is what one raises while the
         # slot's result is read or settled (settle keeps it in `interrupted`).
-        signalled = None
+        self.interrupted = None
         try:
             PyErr_CheckSignals()
-        except BaseException as exc:
-            signalled = exc
-        try:
+        except BaseException:
             self.settle(slot)
-        finally:
+            self.interrupted = None
+            raise
+        self.settle(slot)
+        if self.interrupted is not None:
             interrupted, self.interrupted = self.interrupted, None
-        if signalled is not None:
-            raise signalled
-        if interrupted is not None:
             raise interrupted
 
     cdef settle(self, bytes slot):
@@ -310,7 +311,7 @@ cdef class Collector(Watchdog):
         cdef int status
         cdef bint raised
         cdef unsigned long long task_id
-        unbuilt = None
+        cdef bint reading = False
         if not PyBytes_GET_SIZE(slot):
             return   # left half-written by a worker that died (Controller.recover)
         try:
@@ -335,32 +336,18 @@ cdef class Collector(Watchdog):
             worker = self.roster[m.sender]
             status, task_id = m.result.status, m.result.task_id
             buffers = take_buffers(m, worker.channel)
-            try:
-                try:
-                    value = body_with(m, message, buffers)
-                except KeyboardInterrupt as exc:
-                    # Ctrl-C during unpickling, which runs Python code: the
-                    # result is read again, and Ctrl-C raised once it is
-                    # settled. A second Ctrl-C gives the result up.
-                    self.interrupted = exc
-                    value = body_with(m, message, buffers)
-            except Exception as exc:
-                # A whole message whose value cannot be built here (an R
-                # frame that pandas cannot hold): its task fails with why.
-                if not (task_id and self.codec.unbuilt_fails_task):
-                    raise
-                unbuilt = exc
-        except KeyboardInterrupt as exc:
-            # A second signal during unpickling: the result cannot be read
-            # whole, so its future cannot be done.
-            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
-            raise
+            reading = True
+            value = body_with(m, message, buffers)
         except BaseException as exc:
-            # SystemExit too, raised by the result's own unpickling code: the
-            # stdlib breaks the pool on whatever its result reader raises.
-            self.terminate_broken(f"A result could not be unpickled: {brief.repr(exc)}.",
-                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            return
+            if not reading:
+                self.read_again(exc, m, message, None, 0)
+                return
+            read = self.read_again(exc, m, message, buffers, task_id)
+            if read is None:
+                return
+            value, unbuilt = read
+            if unbuilt is not None:
+                status, value = UNBUILT, unbuilt
         if status == READY:
             worker.up = True
             self.tell(UP, worker.index, None, 0.0)
@@ -398,14 +385,42 @@ cdef class Collector(Watchdog):
             self.idle.append(None)
         if cell.observed and self.watched:
             self.watched -= 1
-        if unbuilt is not None:
-            set_exception(future, cell, unbuilt)
+        if status == UNBUILT:
+            set_exception(future, cell, value)
         else:
             value = self.codec.outcome(cell, status, value, &raised)
             if raised:
                 set_exception(future, cell, value)
             else:
                 set_result(future, cell, value)
+
+    cdef tuple read_again(self, BaseException exc, Message& m, bytes message, list buffers,
+                          unsigned long long task_id):
+        """settle's answer to exc, raised as it read a result (task_id 0: before its value): (value, None) read
+        again, or (None, error) that its task fails with; or None once the pool is broken.
+        """
+        if isinstance(exc, KeyboardInterrupt) and task_id and self.interrupted is None:
+            # Ctrl-C during unpickling, which runs Python code: the result is
+            # read again, and Ctrl-C raised once it is settled (handle). A
+            # second Ctrl-C gives the result up.
+            self.interrupted = exc
+            try:
+                return body_with(m, message, buffers), None
+            except BaseException as again:
+                exc = again
+        if isinstance(exc, KeyboardInterrupt):
+            self.interrupted = None
+            self.terminate_broken(f"Collecting a result was interrupted by {exc!r}; the result is lost.")
+            raise exc
+        if task_id and isinstance(exc, Exception) and self.codec.unbuilt_fails_task:
+            # A whole message whose value cannot be built here (an R frame
+            # that pandas cannot hold): its task fails with why.
+            return None, exc
+        # SystemExit too, raised by the result's own unpickling code: the
+        # stdlib breaks the pool on whatever its result reader raises.
+        self.terminate_broken(f"A result could not be unpickled: {brief.repr(exc)}.",
+                              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return None
 
     cdef void learn(self, double seconds) noexcept:
         """Fold a task's duration into the depth: deep for short tasks, shallow for long ones."""

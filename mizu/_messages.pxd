@@ -66,7 +66,7 @@ cdef class Reassembler:
 
 cdef list chunks(const char* data, Py_ssize_t n, int sender, Py_ssize_t limit)
 cdef object body_with_buffers(Message& m, bytes message, object channel)
-cdef list take_buffers(Message& m, object channel)
+cdef list open_buffers(Message& m, object channel)
 cdef object unpickled_body(Message& m, bytes message, list buffers)
 
 
@@ -79,6 +79,11 @@ cdef inline object body_of(Message& m, bytes message, object channel):
     if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
         return decode_at(m.body, m.body_size, None)
     return body_with_buffers(m, message, channel)
+
+
+cdef inline list take_buffers(Message& m, object channel):
+    """The out-of-band buffers of m, its descriptors taken from channel; None if it has none. Runs no Python code."""
+    return open_buffers(m, channel) if m.buffer_count else None
 
 
 cdef inline object body_with(Message& m, bytes message, list buffers):

@@ -104,13 +104,11 @@ cdef object body_with_buffers(Message& m, bytes message, object channel):
     return body_with(m, message, take_buffers(m, channel))
 
 
-cdef list take_buffers(Message& m, object channel):
-    """The out-of-band buffers of m, its descriptors taken from channel; None if it has none. Runs no Python code."""
+cdef list open_buffers(Message& m, object channel):
+    """take_buffers' buffers of a message that has some."""
     cdef size_t i
     cdef BufferRecord record
     cdef vector[int] fds
-    if not m.buffer_count:
-        return None
     if channel is None:
         raise ValueError("an out-of-band message needs the socket its descriptors came through")
     fds = receive_descriptors(channel.fileno(), m.descriptors)
