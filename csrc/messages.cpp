@@ -1,5 +1,6 @@
 #include "messages.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <sys/socket.h>
 #include <system_error>
@@ -145,14 +146,19 @@ std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, 
     return sizeof h + n;
 }
 
-// The most descriptors one message sends: the kernel takes at most 253 in
-// one SCM_RIGHTS message.
-constexpr std::size_t kMaxDescriptors = 250;
-
 namespace {
 
+// The most descriptors one sendmsg passes: the kernel takes at most 253.
+constexpr std::size_t kBatchDescriptors = 250;
+
+// The byte beside each batch: more follow, this is the last, or (without
+// descriptors) the batches sent before it are void: a later batch failed.
+constexpr char kMoreFollow = 'f';
+constexpr char kLastBatch = 'F';
+constexpr char kVoid = 'X';
+
 // One byte of payload (`byte`) and room for `count` descriptors beside it:
-// the message both send_descriptors and receive_descriptors pass.
+// the message both send_batch and receive_descriptors pass.
 struct DescriptorMessage {
     iovec iov;
     std::vector<char> control;
@@ -161,12 +167,38 @@ struct DescriptorMessage {
     DescriptorMessage(char* byte, std::size_t count) : iov{byte, 1}, control(CMSG_SPACE(count * sizeof(int)), 0) {
         msg.msg_iov = &iov;
         msg.msg_iovlen = 1;
-        msg.msg_control = control.data();
-        msg.msg_controllen = control.size();
+        msg.msg_control = count ? control.data() : nullptr;
+        msg.msg_controllen = count ? control.size() : 0;
     }
     DescriptorMessage(const DescriptorMessage&) = delete;
     DescriptorMessage& operator=(const DescriptorMessage&) = delete;
 };
+
+// One sendmsg of `byte` and `count` descriptors (none for kVoid); 0 or errno.
+int send_batch(int socket, char byte, const int* fds, std::size_t count) {
+    DescriptorMessage dm(&byte, count);
+    msghdr& msg = dm.msg;
+    if (count) {
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(count * sizeof(int));
+        std::memcpy(CMSG_DATA(c), fds, count * sizeof(int));
+    }
+#ifdef MSG_NOSIGNAL
+    int flags = MSG_NOSIGNAL;
+#else
+    int flags = 0;
+#endif
+    for (;;) {
+        if (sendmsg(socket, &msg, flags) == 1) return 0;
+        if (errno != EINTR) return errno;
+    }
+}
+
+void close_all(const std::vector<int>& fds) {
+    for (int fd : fds) close(fd);
+}
 
 }  // namespace
 
@@ -174,53 +206,58 @@ void send_descriptors(int socket, const int* fds, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw std::invalid_argument("a message sends from 1 to " + std::to_string(kMaxDescriptors) +
                                     " descriptors, not " + std::to_string(count));
-    char byte = 'F';
-    DescriptorMessage dm(&byte, count);
-    msghdr& msg = dm.msg;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(count * sizeof(int));
-    std::memcpy(CMSG_DATA(c), fds, count * sizeof(int));
-#ifdef MSG_NOSIGNAL
-    int flags = MSG_NOSIGNAL;
-#else
-    int flags = 0;
-#endif
-    for (;;) {
-        if (sendmsg(socket, &msg, flags) == 1) return;
-        if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "sending descriptors");
+    for (std::size_t sent = 0; sent < count;) {
+        std::size_t n = std::min(kBatchDescriptors, count - sent);
+        int error = send_batch(socket, sent + n == count ? kLastBatch : kMoreFollow, fds + sent, n);
+        if (error) {
+            // The receiver takes the batches already sent with the next
+            // message's, and drops them at this mark (a peer that has gone
+            // takes nothing).
+            if (sent) send_batch(socket, kVoid, nullptr, 0);
+            throw std::system_error(error, std::generic_category(), "sending descriptors");
+        }
+        sent += n;
     }
 }
 
 std::vector<int> receive_descriptors(int socket, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw MessageError(4, "a message of " + std::to_string(count) + " descriptors");
-    char byte = 0;
-    DescriptorMessage dm(&byte, count);
-    msghdr& msg = dm.msg;
 #ifdef MSG_CMSG_CLOEXEC
     int flags = MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
 #else
     int flags = MSG_DONTWAIT;
 #endif
-    ssize_t n;
-    do {
-        n = recvmsg(socket, &msg, flags);
-    } while (n < 0 && errno == EINTR);
     std::vector<int> fds;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n > 0 && c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        const char* data = reinterpret_cast<const char*>(CMSG_DATA(c));
-        for (std::size_t i = 0; i < k; ++i) {
-            int fd;
-            std::memcpy(&fd, data + i * sizeof fd, sizeof fd);
-            fds.push_back(fd);
+    bool whole = false;
+    while (!whole) {
+        char byte = 0;
+        DescriptorMessage dm(&byte, kBatchDescriptors);
+        msghdr& msg = dm.msg;
+        ssize_t n;
+        do {
+            n = recvmsg(socket, &msg, flags);
+        } while (n < 0 && errno == EINTR);
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n > 0 && c; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            const char* data = reinterpret_cast<const char*>(CMSG_DATA(c));
+            for (std::size_t i = 0; i < k; ++i) {
+                int fd;
+                std::memcpy(&fd, data + i * sizeof fd, sizeof fd);
+                fds.push_back(fd);
+            }
         }
+        if (n == 1 && byte == kVoid) {
+            close_all(fds);
+            fds.clear();
+            continue;
+        }
+        if (n != 1 || (byte != kMoreFollow && byte != kLastBatch) || (msg.msg_flags & MSG_CTRUNC)) break;
+        whole = byte == kLastBatch;
     }
-    if (n == 1 && byte == 'F' && fds.size() == count && !(msg.msg_flags & MSG_CTRUNC)) return fds;
-    for (int fd : fds) close(fd);
+    if (whole && fds.size() == count) return fds;
+    close_all(fds);
     throw MessageError(4, "expected " + std::to_string(count) + " shared-memory descriptors from the peer, got " +
                               std::to_string(fds.size()));
 }

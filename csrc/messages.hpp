@@ -215,14 +215,21 @@ std::size_t chunk_count(std::size_t size, std::size_t limit);
 std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, std::size_t limit,
                         std::size_t index, char* out) noexcept;
 
+// The most descriptors one message's records may name. They go in
+// batches (the kernel passes at most 253 in one sendmsg), all before the
+// message enters the ring; the receiver holds them all at once.
+constexpr std::size_t kMaxDescriptors = 1000;
+
 // Sends a message's descriptors over a Unix socket: one sendmsg with
-// SCM_RIGHTS and the one byte 'F', without SIGPIPE. Throws std::system_error
-// when the peer has gone or the kernel refuses (too many in flight).
+// SCM_RIGHTS and one byte per batch of up to 250, without SIGPIPE. Throws
+// std::system_error when the peer has gone or the kernel refuses (too many
+// in flight); the batches sent before are then marked void.
 void send_descriptors(int socket, const int* fds, std::size_t count);
 
 // Takes the `count` descriptors sent before the message that names them:
-// they are there already, so it does not block. Throws MessageError if
-// fewer are waiting (none closed by the receiver stays open).
+// they are there already, so it does not block. Void batches before them
+// are closed. Throws MessageError if fewer are waiting (none closed by the
+// receiver stays open).
 std::vector<int> receive_descriptors(int socket, std::size_t count);
 
 // Joins the chunks of each sender's messages, which may interleave with

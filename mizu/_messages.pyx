@@ -31,8 +31,8 @@ from mizu._future cimport Cell
 from mizu._wire cimport decode_at, encode_peer_into, encode_plain_into
 from mizu.includes.arena cimport BlockRef
 from mizu.includes.messages cimport (BufferRecord, OutOfBandHeader, ResultHeader, Status, TaskHeader, chunk_count,
-                                     kTask, kWireBody, out_of_band_header, read_message, receive_descriptors,
-                                     result_header, send_descriptors, task_header, write_chunk)
+                                     kMaxDescriptors, kTask, kWireBody, out_of_band_header, read_message,
+                                     receive_descriptors, result_header, send_descriptors, task_header, write_chunk)
 
 import os
 import types
@@ -51,7 +51,6 @@ globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, E
                  SINGLE=SINGLE, STARTING=STARTING)
 
 INLINE = 4096
-_MAX_DESCRIPTORS = 250   # in one sendmsg: the kernel takes at most 253
 
 cdef object _FunctionType = types.FunctionType
 cdef object _BuiltinFunctionType = types.BuiltinFunctionType
@@ -217,7 +216,7 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
         if key not in slot:
             slot[key] = len(slot)
             fds.push_back(block.fd)
-    if fds.size() > _MAX_DESCRIPTORS or len(placed) > 0xFFFF:
+    if fds.size() > kMaxDescriptors or len(placed) > 0xFFFF:
         return None
     # Every buffer has its place: now take the receiver's references.
     refs = [block.share() for block, _, _ in placed]

@@ -89,6 +89,7 @@ cdef extern from "messages.hpp" namespace "mizu::messages" nogil:
     bint is_chunk(const char* data, size_t size)
     size_t chunk_count(size_t size, size_t limit) except +raise_py_error
     size_t write_chunk(const char* message, size_t size, uint16_t sender, size_t limit, size_t index, char* out)
+    const size_t kMaxDescriptors
     void send_descriptors(int socket, const int* fds, size_t count) except +raise_py_error
     vector[int] receive_descriptors(int socket, size_t count) except +raise_py_error
 

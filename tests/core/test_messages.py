@@ -218,6 +218,42 @@ def test_descriptors_that_never_came_fail_at_once():
         assert _open_fds() <= fds
 
 
+def test_a_message_naming_hundreds_of_segments_shares_every_one():
+    """Their descriptors go in batches: more than one sendmsg passes."""
+    link = Link()
+    try:
+        arrays = [link.array(100_000, k) for k in range(600)]   # 800 kB each: a 1 MB segment apiece
+        message = encode_result(0, 1, OK, 0.0, arrays, link.sender)
+        kind, fields, got = decode_message(message, link.receiver)
+        assert fields["descriptors"] == 600 and fields["buffers"] == 600
+        for mine, theirs in zip(arrays, got):
+            assert np.shares_memory(mine, theirs)
+            np.testing.assert_array_equal(mine, theirs)
+        del got, arrays
+    finally:
+        link.sender.close()
+        link.receiver.close()
+        link.arena.close()
+    # The receiver keeps its last few segments mapped (mizu._arena._RECENT), its own arena's too.
+    assert _open_fds() <= link.fds + _arena._RECENT
+
+
+def test_descriptors_marked_void_are_closed_and_the_next_message_s_taken():
+    """A sender whose later batch failed marks the batches it sent before void (X); the receiver drops them."""
+    with Link() as link:
+        strays = [os.dup(0) for _ in range(3)]
+        socket.send_fds(link.sender, [b"f"], strays)
+        socket.send_fds(link.sender, [b"X"], [])
+        for fd in strays:
+            os.close(fd)
+        message = encode_result(0, 1, OK, 0.0, (link.array(1000, 7),), link.sender)
+        fds = _open_fds()
+        kind, fields, got = decode_message(message, link.receiver)
+        assert got[0].tolist() == list(range(7, 1007))
+        del got
+        assert _open_fds() <= fds
+
+
 @given(field=st.sampled_from(["generation", "offset", "length", "ref offset", "segment"]),
        value=st.integers(0, 2**32 - 1))
 def test_a_garbled_record_is_refused_or_reads_the_right_memory(field, value):
