@@ -300,13 +300,14 @@ cdef class Dispatcher(Controller):
         if self.coming or self.deferred:
             depth = 1
         for worker in self.workers:
-            if worker.outbox or worker.held or worker.ending:
+            # No process (watch None): between take_back and the successor's
+            # launch, it takes no task.
+            if worker.outbox or worker.held or worker.ending or worker.watch is None:
                 continue
             if self.max_tasks is not None and worker.started_tasks >= self.max_tasks:
                 continue
             if not worker.up:
-                if (successor is None and not worker.starting and worker.watch is not None
-                        and not worker.in_flight.size()):
+                if successor is None and not worker.starting and not worker.in_flight.size():
                     successor = worker
                 continue
             if worker.in_flight.size() >= depth:

@@ -6,6 +6,7 @@ task appends a line to a file in tmp_path as it starts, so a case counts
 how many times each ran. Times are asserted only as bounds on a hang.
 """
 
+import concurrent.futures as cf
 import os
 import signal
 import sys
@@ -192,6 +193,26 @@ def test_an_r_worker_that_dies_mid_task_fails_only_its_task(make, tmp_path, how)
         assert error.exitcode == exitcode
     assert error.task.startswith("(function(path) {") and body.split("; ")[-1] in error.task, error.task
     _assert_the_others_ran_once(pool, tally, others, victim, dying=1)
+
+
+def test_tasks_with_arrays_submitted_as_r_workers_die_each_settle(make):
+    """Each death's successor takes what its predecessor left, and no task goes to it before it has a process."""
+    pool = make(2, worker_death="replace")
+    shared = mizu.zeros(1000)
+    pool.submit("function(x) sum(x)", shared).result(timeout=WAIT)
+    futures = []
+    for _ in range(3):
+        os.kill(pool._pool.workers[0].process.pid, signal.SIGKILL)
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            futures.append(pool.submit("function(x) { Sys.sleep(0.001); sum(x) }", shared))
+            time.sleep(0.001)
+    done, late = cf.wait(futures, timeout=WAIT)
+    assert not late, f"{len(late)} of {len(futures)} tasks never settled"
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    assert all(isinstance(e, mizu.WorkerDied) for e in errors), errors[:3]
+    assert len(errors) <= 3
+    assert all(f.result() == 0 for f in futures if f.exception() is None)
 
 
 def _spare(pool, others):
