@@ -25,6 +25,7 @@ from mizu._sync cimport Fifo, Lock
 from mizu.includes.messages cimport Message, kResult, read_message
 from mizu.includes.spin cimport kForever, now_ns
 
+import threading
 import traceback
 from concurrent.futures import _base
 
@@ -294,7 +295,8 @@ cdef class Collector(Watchdog):
         self.interrupted = None
         try:
             PyErr_CheckSignals()
-        except BaseException:
+        except BaseException as exc:
+            self.interrupted = exc   # so that a second Ctrl-C, while the result is read, gives it up
             self.settle(slot)
             self.interrupted = None
             raise
@@ -399,10 +401,13 @@ cdef class Collector(Watchdog):
         """settle's answer to exc, raised as it read a result (task_id 0: before its value): (value, None) read
         again, or (None, error) that its task fails with; or None once the pool is broken.
         """
-        if isinstance(exc, KeyboardInterrupt) and task_id and self.interrupted is None:
+        if (isinstance(exc, KeyboardInterrupt) and task_id and self.interrupted is None
+                and threading.current_thread() is threading.main_thread()):
             # Ctrl-C during unpickling, which runs Python code: the result is
             # read again, and Ctrl-C raised once it is settled (handle). A
-            # second Ctrl-C gives the result up.
+            # second Ctrl-C gives the result up. (Only the main thread takes
+            # signals: the manager thread, which must not end, breaks the
+            # pool on a KeyboardInterrupt that unpickling code raises itself.)
             self.interrupted = exc
             try:
                 return body_with(m, message, buffers), None

@@ -223,8 +223,9 @@ _interrupted = set()
 
 
 def interrupt_first_unpickling(key, value):
-    """value, except the first time key is unpickled in this process: then KeyboardInterrupt, as a Ctrl-C then."""
-    if key not in _interrupted:
+    """value, except the first time key is unpickled in this process's main thread: then KeyboardInterrupt, as a
+    Ctrl-C then (only the main thread takes signals)."""
+    if key not in _interrupted and threading.current_thread() is threading.main_thread():
         _interrupted.add(key)
         raise KeyboardInterrupt
     return value
