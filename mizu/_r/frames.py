@@ -193,8 +193,9 @@ def typed_from_wire(kind, items):
     zone = items[0]
     if not zone:
         return times
+    utc = pandas.DatetimeIndex(times).tz_localize("UTC")
     try:
-        return pandas.DatetimeIndex(times).tz_localize("UTC").tz_convert(_zone(zone)).array
+        return utc.tz_convert(_zone(zone)).array
     except (KeyError, ValueError):   # zoneinfo's and pytz's unknown zones are KeyErrors
         raise ValueError(f"an R time vector's zone {zone!r} is none that Python knows: give its \"tzone\" attribute "
                          "an IANA name such as \"Europe/Paris\" or \"UTC\"") from None
