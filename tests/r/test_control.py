@@ -17,7 +17,7 @@ import pytest
 
 import mizu
 from helpers import (assert_stops, children_of, exit_all, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced)
+                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced, wait_until)
 from r_children import R_HOARD, R_TALLY_THEN_NAP, R_WAIT_FOR_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -195,6 +195,11 @@ def test_an_r_worker_that_dies_mid_task_fails_only_its_task(make, tmp_path, how)
     _assert_the_others_ran_once(pool, tally, others, victim, dying=1)
 
 
+def _all_up(pool):
+    pool.submit("function() 1").result(timeout=WAIT)   # collects what the workers told, their notices that they are up
+    return all(worker.up for worker in pool._pool.workers)
+
+
 def test_tasks_with_arrays_submitted_as_r_workers_die_each_settle(make):
     """Each death's successor takes what its predecessor left, and no task goes to it before it has a process."""
     pool = make(2, worker_death="replace")
@@ -202,6 +207,8 @@ def test_tasks_with_arrays_submitted_as_r_workers_die_each_settle(make):
     pool.submit("function(x) sum(x)", shared).result(timeout=WAIT)
     futures = []
     for _ in range(3):
+        # Once up: a worker that dies while it starts breaks the pool, as documented.
+        wait_until(lambda: _all_up(pool), WAIT, "every worker up")
         os.kill(pool._pool.workers[0].process.pid, signal.SIGKILL)
         until = time.monotonic() + 0.5
         while time.monotonic() < until:
