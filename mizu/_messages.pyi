@@ -5,8 +5,8 @@ from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "BATCH", "CALL", "CALLABLE", "DECODING", "EXITING", "FLAT", "GONE", "INITIALIZER", "KEYWORDS", "OK", "RAISED",
-    "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "Reassembler", "chunks_of", "decode_message", "encode_result",
-    "encode_task",
+    "READY", "RETIRING", "SINGLE", "STARTING", "Codec", "PeerCodec", "PeerGone", "Reassembler", "chunks_of",
+    "decode_message", "encode_result", "encode_task",
 ]
 
 BATCH: int
