@@ -65,20 +65,12 @@ cdef class Reassembler:
 
 
 cdef list chunks(const char* data, Py_ssize_t n, int sender, Py_ssize_t limit)
-cdef object body_with_buffers(Message& m, bytes message, object channel)
 cdef list open_buffers(Message& m, object channel)
 cdef object unpickled_body(Message& m, bytes message, list buffers)
 
 
 cdef inline bint is_chunk(bytes slot) noexcept:
     return _is_chunk(PyBytes_AS_STRING(slot), PyBytes_GET_SIZE(slot))
-
-
-cdef inline object body_of(Message& m, bytes message, object channel):
-    """The value a message carries; its out-of-band descriptors are taken from channel."""
-    if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
-        return decode_at(m.body, m.body_size, None)
-    return body_with_buffers(m, message, channel)
 
 
 cdef inline list take_buffers(Message& m, object channel):
@@ -91,3 +83,8 @@ cdef inline object body_with(Message& m, bytes message, list buffers):
     if <uint8_t>m.body[0] == kWireBody:
         return decode_at(m.body, m.body_size, buffers)
     return unpickled_body(m, message, buffers)
+
+
+cdef inline object body_of(Message& m, bytes message, object channel):
+    """The value a message carries; its out-of-band descriptors are taken from channel."""
+    return body_with(m, message, take_buffers(m, channel))

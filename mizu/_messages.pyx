@@ -98,11 +98,6 @@ cdef class Reassembler:
         return self.chunks.pending()
 
 
-cdef object body_with_buffers(Message& m, bytes message, object channel):
-    """body_of's value of a pickle, or of a message with out-of-band buffers."""
-    return body_with(m, message, take_buffers(m, channel))
-
-
 cdef list open_buffers(Message& m, object channel):
     """take_buffers' buffers of a message that has some."""
     cdef size_t i

@@ -10,7 +10,7 @@ from cython.operator cimport dereference as deref
 
 from mizu._liveness cimport PeerWatch
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
-                             Codec, body_with_buffers)
+                             Codec, body_of)
 from mizu._rings cimport _Ring
 from mizu._sync cimport clear_list
 from mizu._wire cimport decode_at
@@ -192,12 +192,12 @@ cdef inline _Language _of(void* held):
 cdef bool _prepare(void* held, const Message& m, const char* data, size_t size) noexcept:
     """The task's call and callable, registered if it brings one; False, the error kept, if it cannot be read."""
     cdef _Language lang = _of(held)
-    cdef Message task = m     # body_with_buffers' declaration takes it as mutable
+    cdef Message task = m     # body_of's declaration takes it as mutable
     try:
         if m.buffer_count == 0 and <uint8_t>m.body[0] == kWireBody:
             call = decode_at(m.body, m.body_size, None)
         else:
-            call = body_with_buffers(task, PyBytes_FromStringAndSize(data, size), lang.channel)
+            call = body_of(task, PyBytes_FromStringAndSize(data, size), lang.channel)
         flags = m.task.flags
         if flags & CALLABLE:
             fn, call = call
