@@ -10,6 +10,7 @@ from mizu._sync cimport Lock
 import os
 import threading
 import weakref
+from concurrent.futures import InvalidStateError
 from concurrent.futures.process import BrokenProcessPool
 
 from mizu._manager import _live_pools
@@ -57,7 +58,10 @@ cdef _abandon(Manager pool):
         cell.observed = False
         cell.condition = cell.waiters = cell.callbacks = None
         drop_task(cell)
-        set_exception(future, cell, BrokenProcessPool(pool.broken))
+        try:
+            set_exception(future, cell, BrokenProcessPool(pool.broken))
+        except InvalidStateError:
+            pass   # cancelled while it waited: it stays so
 
 
 

@@ -476,6 +476,8 @@ def client_forks(kind, how, gate):
     ex = _executor(kind)
     blocked = [ex.submit(wait_for_file, gate) for _ in range(3)]
     quick = [ex.submit(double, i) for i in range(300)]
+    # A future cancelled while it waits is among those the child lets go of.
+    cancelled = quick.pop().cancel()
     reader, writer = os.pipe()
     if how == "os.fork":
         pid = os.fork()
@@ -507,8 +509,8 @@ def client_forks(kind, how, gate):
     values = [f.result(timeout=60) for f in quick]
     pids = [f.result(timeout=60) for f in blocked]
     ex.shutdown()
-    report(child=json.loads(seen), child_exit=exit_code, quick=values == [2 * i for i in range(300)],
-           blocked=all(isinstance(p, int) for p in pids))
+    report(child=json.loads(seen), child_exit=exit_code, quick=values == [2 * i for i in range(299)],
+           blocked=all(isinstance(p, int) for p in pids), cancelled=cancelled)
 
 
 def _forked_child(kind, ex, blocked, writer):
