@@ -338,7 +338,7 @@ class ExecutorBase:
         """stop(future)
 
         Stop the task of `future`, pending or running: its future is then
-        cancelled. A running task's worker is ended (SIGTERM, then SIGKILL)
+        cancelled. `future` may be what `asubmit` returned. A running task's worker is ended (SIGTERM, then SIGKILL)
         and replaced; the tasks queued behind it run on other workers. Not
         in the stdlib's Executor, whose ``future.cancel()`` cannot stop a
         running task (nor can this pool's).
@@ -352,10 +352,13 @@ class ExecutorBase:
         Raises
         ------
         ValueError
-            `future` is not one that this Executor's submit or map returned,
-            or its task runs in a pool whose workers start with ``fork``,
-            which cannot replace one safely while the pool runs threads.
+            `future` is not one that this Executor's submit, map or
+            asubmit returned, or its task runs in a pool whose workers start
+            with ``fork``, which cannot replace one safely while the pool
+            runs threads.
         """
+        if _aio is not None and isinstance(future, _aio.Awaited):
+            future = future._call
         return self._pool.stop(future)
 
     def shutdown(self, wait=True, *, cancel_futures=False):

@@ -227,6 +227,22 @@ def test_a_view_s_task_timeout_applies_to_asubmit_and_amap(run_loop):
         assert run_loop(main(pool)) == [0, 2, 4, 6, 8]
 
 
+def test_stop_takes_what_asubmit_returned_and_ends_the_running_call(run_loop, tmp_path):
+    async def main(pool):
+        path = str(tmp_path / "started")
+        running = pool.asubmit(children.announce_then_nap, path, 60)
+        while not os.path.exists(path):
+            await asyncio.sleep(0.01)
+        assert pool.stop(running) is True
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert pool.stop(running) is False
+        return await pool.asubmit(children.double, 4)
+
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        assert run_loop(main(pool)) == 8
+
+
 # -- amap --------------------------------------------------------------------------------------------------------
 
 
