@@ -1,11 +1,14 @@
 """Every pickle that mizu makes goes through `dumps` here.
 
-Protocol 5, as the stdlib's pool uses, with one addition: a numpy array
-whose data lies in an arena block but is neither C- nor Fortran-contiguous
-(a column of a C-ordered matrix, a strided slice) pickles as a view of the
-bytes it spans, so it too crosses to another process by reference and a
-worker's writes reach the caller. numpy itself pickles such an array as a
-copy of its items.
+Protocol 5, with three additions for arrays that numpy pickles as copies
+of their items, in band, so that they too cross to another process out of
+band (by reference from an arena block, a worker's writes reaching the
+caller):
+- an array whose data lies in an arena block but is neither C- nor
+  Fortran-contiguous (a column of a C-ordered matrix, a strided slice)
+  pickles as a view of the bytes it spans;
+- a contiguous array of datetimes or timedeltas, as a view of its bytes;
+- a numpy.recarray or numpy.matrix, as its plain array, viewed again.
 
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
@@ -39,9 +42,31 @@ def _view(buffer, dtype, shape, strides, offset):
     return numpy.ndarray(shape, dtype, buffer=buffer, offset=offset, strides=strides)
 
 
+def _as_subclass(cls, func, args):
+    """An array subclass's instance unpickled as a view of the plain array that (func, args) rebuilds."""
+    return func(*args).view(cls)
+
+
+def _reduce_subclass(array):
+    """A numpy.recarray or numpy.matrix, whose state is its data's alone: pickled as its plain array is, then viewed.
+
+    numpy pickles an instance of a subclass with its bytes in band: one in an
+    arena block would reach a worker as a copy.
+    """
+    import numpy
+    func, args = _reduce_ndarray(array.view(numpy.ndarray))[:2]
+    return _as_subclass, (type(array), func, args)
+
+
 def _reduce_ndarray(array):
     flags = array.flags
-    if not (flags.c_contiguous or flags.f_contiguous):
+    contiguous = flags.c_contiguous or flags.f_contiguous
+    if array.dtype.kind in "mM" and contiguous:
+        # numpy pickles datetimes and timedeltas in band, since their items
+        # have no buffer format: their bytes go as 64-bit integers, out of
+        # band (by reference from an arena block) as any other array's.
+        return _view, (pickle.PickleBuffer(array.view("i8")), array.dtype, array.shape, array.strides, 0)
+    if not contiguous:
         from mizu._arena import arena_block
         found = arena_block(array)
         if found is not None:
@@ -164,7 +189,9 @@ def _dispatch_key():
 def _new_pickler(key):
     dispatch = dict(copyreg.dispatch_table)
     if key[0]:
-        dispatch[sys.modules["numpy"].ndarray] = _reduce_ndarray
+        numpy = sys.modules["numpy"]
+        dispatch[numpy.ndarray] = _reduce_ndarray
+        dispatch[numpy.recarray] = dispatch[numpy.matrix] = _reduce_subclass
     file = io.BytesIO()
     return (_ByValuePickler if key[2] else _Pickler)(file, dispatch), file, key
 

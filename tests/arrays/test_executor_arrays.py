@@ -125,6 +125,30 @@ def test_writes_to_every_view_of_a_shared_array_reach_the_caller(start_method, v
     assert out.sum() == part.size
 
 
+_KINDS = {
+    "datetime64": (lambda: mizu.zeros(10_000, "M8[ns]"), np.datetime64("2024-01-01", "ns")),
+    "timedelta64 Fortran": (lambda: mizu.zeros((100, 30), "m8[s]", order="F"), np.timedelta64(5, "s")),
+    "datetime64 0-d": (lambda: mizu.zeros((), "M8[D]"), np.datetime64("2024-01-01", "D")),
+    "recarray": (lambda: mizu.zeros(1000, [("a", "<f8"), ("b", "<i4")]).view(np.recarray), (1.0, 2)),
+    "matrix": (lambda: np.asmatrix(mizu.zeros((30, 30))), 1.0),
+}
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_writes_to_shared_arrays_that_numpy_pickles_in_band_reach_the_caller(kind):
+    """numpy pickles datetimes, timedeltas and its array subclasses as copies of their items: shared, they too
+    reach a worker by reference, as the same type."""
+    make, value = _KINDS[kind]
+    out = make()
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as ex:
+        ex.submit(arrays_children.fill, out, value).result(timeout=60)
+        assert (np.asarray(out) == np.asarray(value, dtype=out.dtype)).all()
+        back = ex.submit(children.echo_value, out).result(timeout=60)
+    assert type(back) is type(out) and back.dtype == out.dtype and back.shape == out.shape
+    assert mizu.arena_block(back)[0].refs >= 2, "the result is the caller's own array again"
+
+
 def test_results_outlive_the_pool(start_method):
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
         results = [ex.submit(arrays_children.arange, 200_000 + i) for i in range(4)]
