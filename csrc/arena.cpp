@@ -107,6 +107,75 @@ char* block_data(const Segment& seg, uint64_t offset, uint64_t length, uint32_t 
     return base + offset;
 }
 
+namespace {
+
+// The table this process notes its references in (hold_in), the slots it
+// has free there, and whose they are: a forked child notes nothing.
+struct Holdings {
+    std::mutex mu;
+    // Read without the lock first, so that a process that notes nothing
+    // (a pool's client) takes no lock per block; acquire and release pair
+    // hold_in's setting with that read.
+    std::atomic<HeldTable*> table{nullptr};
+    int pid = 0;
+    std::vector<uint32_t> free;  // slot indices
+};
+
+Holdings& holdings() {
+    // Never destroyed: blocks are released as the process exits.
+    static auto* h = new Holdings;
+    return *h;
+}
+
+}  // namespace
+
+void hold_in(HeldTable* table) noexcept {
+    Holdings& h = holdings();
+    std::lock_guard<std::mutex> lock(h.mu);
+    // A table left behind notes nothing: its references stay this
+    // process's to release, and the survivor must not release them too.
+    HeldTable* old = h.table.load(std::memory_order_relaxed);
+    if (old && h.pid == current_pid())
+        for (HeldSlot& slot : old->slots) slot.live.store(0, std::memory_order_relaxed);
+    h.pid = current_pid();
+    h.free.clear();
+    if (table) {
+        h.free.reserve(kHeldSlots);
+        for (std::size_t i = kHeldSlots; i-- > 0;) h.free.push_back(uint32_t(i));
+    }
+    h.table.store(table, std::memory_order_release);
+}
+
+uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noexcept {
+    Holdings& h = holdings();
+    HeldTable* table = h.table.load(std::memory_order_acquire);
+    if (!table) return 0;
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.free.empty() || h.pid != current_pid()) return 0;
+    uint32_t i = h.free.back();
+    h.free.pop_back();
+    HeldSlot& slot = table->slots[i];
+    slot.arena_id = arena_id;
+    slot.offset = offset;
+    slot.segment_id = segment_id;
+    // release: the block is written before the mark, for a reader after
+    // this process's death. The survivor reads only then, so no other
+    // ordering is needed.
+    slot.live.store(1, std::memory_order_release);
+    return i + 1;
+}
+
+void unhold(uint32_t token) noexcept {
+    Holdings& h = holdings();
+    HeldTable* table = h.table.load(std::memory_order_acquire);
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (!table || h.pid != current_pid()) return;
+    // relaxed: the release of the reference that follows is an acq_rel
+    // RMW, whose release half keeps this store before it.
+    table->slots[token - 1].live.store(0, std::memory_order_relaxed);
+    h.free.push_back(token - 1);
+}
+
 void retain_block(char* base, uint64_t offset) noexcept {
     // relaxed: the caller holds a reference, so the block cannot be freed
     // meanwhile; whatever carries the new reference to its holder publishes it.

@@ -122,6 +122,40 @@ void release_block(char* base, uint64_t offset) noexcept;
 // The number of references to the block at data offset `offset`, read once.
 uint64_t block_refs(const char* base, uint64_t offset) noexcept;
 
+// What a process holds of blocks that other processes shared with it, kept
+// in shared memory where a survivor reads it once that process has died: a
+// pool's worker notes each reference it adopts in the table its task ring
+// carries, and the client, once the worker's process has exited, releases
+// those still noted (a task killed by its deadline or stop() held its
+// arguments). One slot per reference: the holder writes the slot's block,
+// then marks it live; it clears the mark before it releases the reference.
+// A death in between leaks that one reference and never releases one twice.
+struct HeldSlot {
+    uint64_t arena_id;
+    uint64_t offset;  // of the block's data
+    uint32_t segment_id;
+    std::atomic<uint32_t> live;
+};
+
+constexpr std::size_t kHeldSlots = 1024;
+
+struct HeldTable {
+    HeldSlot slots[kHeldSlots];
+};
+
+// Notes this process's references from now on in `table` (all its slots
+// free), or in none (nullptr), before the table's memory goes. The table
+// noted in so far is cleared: what it noted is the process's own again.
+// A forked child notes nothing.
+void hold_in(HeldTable* table) noexcept;
+
+// Notes a reference just adopted; a token for unhold, or 0 when there is
+// no table or every slot is taken (the reference then goes unnoted).
+uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noexcept;
+
+// Before the reference noted under `token` (not 0) is released.
+void unhold(uint32_t token) noexcept;
+
 // The address of the data of the block at `offset` with `length` bytes,
 // checked to be a block of the segment's heap with room for `length`, still
 // in the allocation `generation` and referenced. Throws

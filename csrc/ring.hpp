@@ -46,6 +46,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "arena.hpp"
 #include "layout.hpp"
 #include "waiter.hpp"
 
@@ -88,6 +89,9 @@ struct RingLayout {
     alignas(kFalseSharingRange) std::atomic<uint64_t> tickets;
     std::atomic<int64_t> claimed_at;  // when the consumer claimed its last ticket (now_ns's clock)
     std::atomic<uint64_t> answered;   // the last ticket whose answer the consumer has sent (note_answered)
+    // What a task ring's consumer holds of other processes' blocks (hold_in),
+    // for its producer to release once the consumer has died.
+    alignas(kFalseSharingRange) HeldTable held;
     // capacity slots of slot_size bytes follow, starting at sizeof(RingLayout)
 };
 

@@ -26,6 +26,7 @@ cdef class Block:
     cdef readonly uint32_t segment_id
     cdef uint32_t generation
     cdef int holder  # the process whose reference this is
+    cdef uint32_t held  # its note in the process's table of held references (hold_in_ring), or 0
 
     @staticmethod
     cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length,

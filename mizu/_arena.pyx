@@ -22,9 +22,11 @@ from libcpp.memory cimport shared_ptr
 
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
-from mizu.includes.arena cimport attach_arena_segment, block_data, block_refs, current_pid, release_block, retain_block
+from mizu.includes.arena cimport HeldSlot, HeldTable, attach_arena_segment, block_data, block_refs, current_pid
+from mizu.includes.arena cimport hold_in, kHeldSlots, note_held, release_block, retain_block, unhold
 from mizu.includes.array_data cimport ArrayBlock
 from mizu.includes.segment cimport Segment as CSegment
+from mizu._rings cimport _Ring
 
 import collections
 import operator
@@ -189,6 +191,8 @@ cdef class Block:
 
     def __dealloc__(self):
         if self.mapping is not None and self.holder == current_pid():
+            if self.held:
+                unhold(self.held)
             release_block(self.mapping.seg.get().base(), self.offset)
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
@@ -291,7 +295,63 @@ cdef Block _open(object ref, int fd):
         _recent_large.move_to_end((r.arena_id, r.segment_id))
         while len(_recent_large) > 1 and (len(_recent_large) > _RECENT or _large_bytes() > _RECENT_LARGE_BYTES):
             _recent_large.popitem(last=False)
-    return Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
+    cdef Block block = Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
+    block.held = note_held(r.arena_id, r.segment_id, r.offset)
+    return block
+
+
+def hold_in_ring(_Ring ring):
+    """hold_in_ring(ring)
+
+    Note every block reference this process adopts from now on in the
+    table of `ring`, its task ring, so that its client can release those
+    it still holds if it dies (`release_held`). A pool's worker does, as it
+    starts, and with None as it ends: the references it holds then are its
+    own to release again. Slots run out past 1024 references at once; those
+    beyond go unnoted, and leak if the process dies holding them.
+    """
+    if ring is None:
+        hold_in(NULL)
+    else:
+        hold_in(&ring.ring.get().base().layout().held)
+
+
+def release_held(_Ring ring):
+    """release_held(ring)
+
+    Release the block references that the consumer of `ring`, a process
+    that has exited, still held (`hold_in_ring`), and free the ring's
+    table for the next consumer. A reference to a segment this process no
+    longer maps is left: nothing here can reach its block.
+
+    Returns
+    -------
+    int
+        The references released.
+    """
+    cdef HeldTable* table = &ring.ring.get().base().layout().held
+    cdef HeldSlot* slot
+    cdef Arena own = _default
+    cdef shared_ptr[CSegment] seg
+    cdef _Mapping m
+    cdef size_t i
+    cdef int n = 0
+    for i in range(kHeldSlots):
+        slot = &table.slots[i]
+        if not slot.live:
+            continue
+        seg.reset()
+        if own is not None and own.arena_id == slot.arena_id and own.arena.get() != NULL:
+            seg = own.arena.get().segment(slot.segment_id)
+        else:
+            m = _mappings.get((slot.arena_id, slot.segment_id))
+            if m is not None:
+                seg = m.seg
+        if seg.get() != NULL:
+            release_block(seg.get().base(), slot.offset)
+            n += 1
+        slot.live = 0
+    return n
 
 
 def open_block(ref, fd=None):

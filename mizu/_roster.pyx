@@ -330,10 +330,12 @@ cdef class Roster:
                     proc.join(max(0.0, deadline - _monotonic()))
                     # A worker that ignores or handles SIGTERM, or is stopped, must not hold the caller.
                     signal_process(proc, "kill")
-            for _, proc, channel in parts:
+            for ring, proc, channel in parts:
                 if proc is not None:
                     proc.join()
                     channel.close()
+                    if ring is not None:
+                        _arena.release_held(ring)
             # What the workers shared here and this process kept mapped goes
             # back now, and so do the segments of its arenas that hold no
             # block any more (the arrays it copied for the workers, once
@@ -356,6 +358,8 @@ cdef class Roster:
             self.requeue(worker, 0)
             worker.outbox.clear()
             self.feeding.discard(worker)
+            # The arrays of the task it died running, say, go back.
+            _arena.release_held(worker.ring)
             worker.ring.reset_consumer()
         finally:
             self.send_lock.give()

@@ -114,6 +114,7 @@ def main(tasks, results, channel, index, client_pid, initializer, initargs, max_
     try:
         _serve(tasks, results, channel, index, client_pid, initializer, initargs, max_tasks, max_memory, by_value)
     finally:
+        _arena.hold_in_ring(None)
         # Pools that this worker's tasks started and left running (a nested
         # joblib loop's, say) are shut down now, their queued tasks cancelled,
         # since nobody is left to collect them: multiprocessing joins their
@@ -308,6 +309,8 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         client = _core.PeerWatch(client_pid)
     except ProcessLookupError:
         return   # the client died as this worker started: there is no one to serve, nor to tell
+    # The arrays of a task the pool kills go back through the client (mizu._arena.release_held).
+    _arena.hold_in_ring(tasks)
     lang = _Language(channel, index)
     _codec.by_value = by_value
     lang.loop.reset(new WorkerLoop(deref(tasks.ring), deref(tasks.pop_waiter), deref(results.ring),

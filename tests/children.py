@@ -106,6 +106,33 @@ def report(**fields):
     print(json.dumps(fields), flush=True)
 
 
+def end_tasks_given_an_array(ex, hold, total, how, directory, rounds, deadline):
+    """In the pool ex, `rounds` tasks hold(path, x, 60), x a 24 MB array, each ended once it has started (created
+    path): past `deadline` seconds, or by stop(). Then one more task, total(x). Reports the outcomes (exception
+    names) and the total."""
+    import numpy as np
+
+    x = np.ones(3 << 20)
+    outcomes = []
+    with ex:
+        for i in range(rounds):
+            path = os.path.join(directory, f"started-{i}")
+            if how == "deadline":
+                future = ex.options(task_timeout=deadline).submit(hold, path, x, 60)
+            else:
+                future = ex.submit(hold, path, x, 60)
+                while not os.path.exists(path) and not future.done():
+                    time.sleep(0.01)
+                ex.stop(future)
+            try:
+                future.result(timeout=60)
+                outcomes.append("ok")
+            except BaseException as exc:
+                outcomes.append(type(exc).__name__)
+        after = ex.submit(total, x).result(timeout=60)
+    report(outcomes=outcomes, after=after)
+
+
 def block_until_interrupted(ex, fn, where, gate, started=None):
     """Submit fn(gate) four times to the pool ex, call started(ex) if given, then block in result(), map or
     shutdown(wait=True) (where) until the tasks end or Ctrl-C; print which."""

@@ -414,3 +414,15 @@ def memfd_holders(memfds):
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             pass
     return holders
+
+
+def assert_ended_tasks_give_their_array_back(client, program, how, tmp_path, rounds):
+    """Run `program` (end_tasks_given_an_array) under a 128 MB arena, which would run out by the sixth task ended
+    if the array a worker killed mid-task held were never given back."""
+    import json
+
+    c = client(program, how, str(tmp_path), rounds, env={"MIZU_ARENA_LIMIT": "128M"})
+    seen = json.loads(c.line(180))
+    assert c.wait(60) == (0, "")
+    expected = "TimeoutError" if how == "deadline" else "CancelledError"
+    assert seen == {"outcomes": [expected] * rounds, "after": 3 << 20}

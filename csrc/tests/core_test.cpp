@@ -704,6 +704,34 @@ void ring_headers() {
 }
 
 
+// The table of held references: a note per reference, cleared before its
+// release; full, a note is refused; a table left behind is cleared.
+void arena_held() {
+    auto table = std::make_unique<HeldTable>();
+    auto live = [&] {
+        std::size_t n = 0;
+        for (const HeldSlot& slot : table->slots) n += slot.live.load(std::memory_order_relaxed);
+        return n;
+    };
+    CHECK(note_held(7, 1, 256) == 0);
+    hold_in(table.get());
+    uint32_t a = note_held(7, 1, 256), b = note_held(7, 1, 512), c = note_held(9, 2, 256);
+    CHECK(a && b && c && a != b && b != c && a != c);
+    const HeldSlot& noted = table->slots[b - 1];
+    CHECK(noted.arena_id == 7 && noted.segment_id == 1 && noted.offset == 512);
+    unhold(b);
+    CHECK(live() == 2 && !noted.live.load(std::memory_order_relaxed));
+    std::vector<uint32_t> tokens;
+    for (uint32_t t; (t = note_held(7, 3, 128 * (tokens.size() + 1))) != 0;) tokens.push_back(t);
+    CHECK(tokens.size() == kHeldSlots - 2 && live() == kHeldSlots);
+    for (uint32_t t : tokens) unhold(t);
+    CHECK(live() == 2);
+    hold_in(nullptr);
+    CHECK(live() == 0 && note_held(7, 1, 256) == 0);
+    unhold(a);
+    CHECK(live() == 0);
+}
+
 // Arena blocks: a block's bytes follow from its id, so overlap or reuse
 // before release shows as corruption.
 struct ArenaBlock {
@@ -1562,6 +1590,7 @@ int main() {
     arena_release_idle();
     arena_attach();
     arena_bad_references();
+    arena_held();
     arena_remote_free(2, 20000);
     array_data(3, 20000);
     for (WaitBackend backend : {WaitBackend::native, WaitBackend::portable}) {

@@ -25,6 +25,21 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
                                              uint32_t segment_id) except +raise_py_error
     size_t default_arena_limit(const char* dir)
 
+    cdef cppclass HeldSlot:
+        uint64_t arena_id
+        uint64_t offset
+        uint32_t segment_id
+        uint32_t live   # an atomic, read and cleared by the survivor alone (its sequentially consistent conversions)
+
+    const size_t kHeldSlots
+
+    cdef cppclass HeldTable:
+        HeldSlot* slots   # kHeldSlots of them
+
+    void hold_in(HeldTable* table)
+    uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset)
+    void unhold(uint32_t token)
+
     cdef cppclass ArenaOptions:
         size_t segment_size
         size_t limit

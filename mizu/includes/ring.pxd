@@ -1,6 +1,8 @@
 from mizu.includes.py_errors cimport raise_py_error
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
+from mizu.includes.arena cimport HeldTable
+
 cdef extern from "ring.hpp" namespace "mizu" nogil:
     cdef enum class RingKind(uint32_t):
         spsc
@@ -30,6 +32,7 @@ cdef extern from "ring.hpp" namespace "mizu" nogil:
         void reset_consumer()
         void close()
         bint closed()
+        RingLayout* layout()
 
     cdef cppclass RingLayout:
-        pass
+        HeldTable held

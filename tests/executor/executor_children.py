@@ -6,7 +6,8 @@ import signal
 import threading
 import time
 
-from children import announce, announce_then_nap, block_until_interrupted, double, nap, report, wait_for_file
+from children import (announce, announce_then_nap, block_until_interrupted, double, end_tasks_given_an_array, nap,
+                      report, wait_for_file)
 
 
 _left_running = []
@@ -594,6 +595,23 @@ def client_short_of_arena():
         seen["result"] = _outcome(lambda: len(ex.submit(shared_empty, 64 << 20).result(timeout=60)))
         seen["after"] = _outcome(lambda: ex.submit(double, 21).result(timeout=60))
     report(**seen)
+
+
+def announce_then_nap_beside(path, x, seconds):
+    """announce_then_nap, holding an array given as argument."""
+    return announce_then_nap(path, seconds) + x[:1].sum()
+
+
+def client_ending_tasks_given_an_array(how, directory, rounds):
+    """end_tasks_given_an_array in a pool that replaces the workers it ends."""
+    import multiprocessing
+
+    import numpy as np
+
+    import mizu
+
+    ex = mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"), worker_death="replace")
+    end_tasks_given_an_array(ex, announce_then_nap_beside, np.sum, how, directory, rounds, 0.1)
 
 
 def client_short_of_processes(limit, workers, uid):

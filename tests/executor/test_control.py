@@ -27,9 +27,9 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import (announced_pid, assert_stops, exit_all, require, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced, wait_until,
-                     workers_up)
+from helpers import (announced_pid, assert_ended_tasks_give_their_array_back, assert_stops, exit_all, require,
+                     resident_memory, returns_within, settle_one_in_ten_overrunning, stop_once_answered, tallies,
+                     tally_pid, wait_replaced, wait_until, workers_up)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -523,6 +523,12 @@ def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_ne
             exit_all([first], WAIT)
             assert ex.submit(children.pid).result(timeout=WAIT) == after
             assert len(ex._processes) == 1
+
+
+@pytest.mark.parametrize("how", ["deadline", "stop"])
+def test_the_array_a_task_ended_while_it_runs_held_goes_back_to_the_client(client, tmp_path, how):
+    assert_ended_tasks_give_their_array_back(client, executor_children.client_ending_tasks_given_an_array, how,
+                                             tmp_path, 12)
 
 
 def test_a_done_callback_stops_the_task_queued_behind_its_own_on_a_worker_retiring_for_its_memory(tmp_path):

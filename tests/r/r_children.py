@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from children import block_until_interrupted, report
+from children import block_until_interrupted, end_tasks_given_an_array, report
 
 
 R_MARK_AND_SLEEP = ("function(directory, data) { file.create(file.path(directory, Sys.getpid())); Sys.sleep(600); "
@@ -19,6 +19,7 @@ R_ANNOUNCE_THEN_WAIT_FOR_FILE = ("function(path) { file.create(paste0(path, '.',
 # tally_then_nap in R. The line is one string, so that it is one write: the workers append to the same file.
 R_TALLY_THEN_NAP = ('function(path, value, seconds) { cat(paste0(value, " ", Sys.getpid(), "\\n"), file = path, '
                     'append = TRUE); Sys.sleep(seconds); value }')
+R_ANNOUNCE_BESIDE = "function(path, x, seconds) { cat(Sys.getpid(), file = path); Sys.sleep(seconds); x[[1]] }"
 R_HOARD = "function(n) { assign('hoard', rep(1, n / 8), envir = globalenv()); Sys.getpid() }"
 
 
@@ -39,6 +40,14 @@ def client_with_busy_r_pool(directory):
     report(workers=_r_workers(ex))
     while True:
         signal.pause()
+
+
+def client_ending_r_tasks_given_an_array(how, directory, rounds):
+    """end_tasks_given_an_array in an R pool that replaces the workers it ends."""
+    import mizu
+
+    ex = mizu.RExecutor(1, worker_death="replace")
+    end_tasks_given_an_array(ex, R_ANNOUNCE_BESIDE, "function(x) sum(x)", how, directory, rounds, 0.5)
 
 
 def client_interrupted_r(where, gate):

@@ -16,8 +16,10 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 import mizu
-from helpers import (assert_stops, children_of, exit_all, resident_memory, returns_within,
-                     settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid, wait_replaced, wait_until)
+import r_children
+from helpers import (assert_ended_tasks_give_their_array_back, assert_stops, children_of, exit_all, resident_memory,
+                     returns_within, settle_one_in_ten_overrunning, stop_once_answered, tallies, tally_pid,
+                     wait_replaced, wait_until)
 from r_children import R_HOARD, R_TALLY_THEN_NAP, R_WAIT_FOR_FILE
 
 pytestmark = pytest.mark.timeout(120)
@@ -237,6 +239,12 @@ def _spare(pool, others):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc: Linux only")
+@pytest.mark.parametrize("how", ["deadline", "stop"])
+def test_the_array_an_r_task_ended_while_it_runs_held_goes_back_to_the_client(r_library, client, tmp_path, how):
+    assert_ended_tasks_give_their_array_back(client, r_children.client_ending_r_tasks_given_an_array, how,
+                                             tmp_path, 8)
+
+
 def test_an_r_pool_that_replaced_a_worker_keeps_a_spare_which_runs_setup_once_it_takes_a_place(make, tmp_path):
     log = tmp_path / "setup"
     others = set(children_of(os.getpid()))

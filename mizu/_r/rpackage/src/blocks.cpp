@@ -77,9 +77,13 @@ std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd) {
 BlockHold::BlockHold(const BlockRef& block, int fd)
     : segment_(attached_segment(block, fd)),
       block_(block),
-      data_(block_data(*segment_, block.offset, block.length, block.generation)) {}
+      data_(block_data(*segment_, block.offset, block.length, block.generation)),
+      held_(note_held(block.arena_id, block.segment_id, block.offset)) {}
 
-BlockHold::~BlockHold() { release_block(segment_->base(), block_.offset); }
+BlockHold::~BlockHold() {
+    if (held_) unhold(held_);
+    release_block(segment_->base(), block_.offset);
+}
 
 MappedBlock::MappedBlock(const BlockSource& source)
     : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {

@@ -67,6 +67,7 @@ private:
     std::shared_ptr<Segment> segment_;
     BlockRef block_;
     const char* data_;
+    uint32_t held_;  // its note in the worker's table of held references (note_held), or 0
 };
 
 // The pages holding some bytes of a block, mapped MAP_PRIVATE and writable

@@ -98,7 +98,12 @@ public:
         : o_(o), rings_(std::move(rings)), client_(o.client_pid), result_waiter_(&rings_.segment->header().spin_gate),
           task_waiter_(&rings_.segment->header().spin_gate),
           loop_(*rings_.tasks, task_waiter_, *rings_.results, result_waiter_, client_, uint16_t(o.index), o.max_tasks,
-                o.max_memory, language()) {}
+                o.max_memory, language()) {
+        // The arrays of a task the pool kills go back through the client.
+        hold_in(&rings_.tasks->base().layout()->held);
+    }
+    // Before the rings' segment goes: what the worker still holds is its own.
+    ~Worker() { hold_in(nullptr); }
 
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
