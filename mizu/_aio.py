@@ -305,8 +305,12 @@ async def _batches(completions, futures, more, end_time, flat):
                             futures.append(fresh)
                         else:
                             futures[fresh] = None
-                values, exc = batch_values(future.result(), flat)
-                del future
+                try:
+                    result = future.result()
+                except BaseException as failure:
+                    raise _asyncio_exception(failure)
+                values, exc = batch_values(result, flat)
+                del future, result
                 yield values
                 if exc is not None:
                     raise exc

@@ -189,6 +189,23 @@ def test_shutdown_while_awaiting_cancels_what_has_not_started(run_loop, tmp_path
     assert tallies(tally) == {str(i): 1 for i in ran}
 
 
+@pytest.mark.parametrize("ordered", [True, False])
+def test_shutdown_while_amap_runs_cancels_it_as_it_cancels_an_awaited_asubmit(run_loop, tmp_path, ordered):
+    async def main(pool):
+        running = await _blocked(pool, tmp_path)
+        values = pool.amap(children.double, range(100), ordered=ordered)
+        pool.shutdown(wait=False, cancel_futures=True)
+        _open_gate(tmp_path)
+        await running
+        with pytest.raises(asyncio.CancelledError):
+            async for _ in values:
+                pass
+
+    pool = mizu.ProcessPoolExecutor(1)
+    run_loop(main(pool))
+    pool.shutdown()
+
+
 def test_two_loops_in_two_threads_share_one_pool(run_loop, mizu_pool):
     found = {}
 
