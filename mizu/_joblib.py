@@ -36,13 +36,16 @@ _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "te
 class _LoopArrays:
     """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
 
-    A numpy array argument of more than max_nbytes bytes, not in shared
+    A numpy array of more than max_nbytes bytes, an argument or inside a
+    list, tuple or dict argument (to a depth of _DEPTH), not in shared
     memory already, is copied into an arena block the first time a call
     takes it; the loop's later calls that take the same array get that
     block. With mmap_mode "r" (joblib's default) the copy is read-only in
     the workers, as loky's memmaps are; with "r+" or "w+" the loop's tasks
     share it writable. The copies go when the loop ends.
     """
+
+    _DEPTH = 4
 
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
@@ -51,13 +54,29 @@ class _LoopArrays:
         self.copies = {}   # id of an array: (a weak reference to it, its copy)
 
     def share(self, items):
-        ndarray = self.ndarray
         for i, (fn, args, kwargs) in enumerate(items):
-            if any(type(arg) is ndarray for arg in args) or any(type(v) is ndarray for v in kwargs.values()):
-                items[i] = (fn, tuple(map(self.shared, args)), {k: self.shared(v) for k, v in kwargs.items()})
+            shared_args, shared_kwargs = self.shared(args), self.shared(kwargs)
+            if shared_args is not args or shared_kwargs is not kwargs:
+                items[i] = (fn, shared_args, shared_kwargs)
 
-    def shared(self, value):
-        if type(value) is not self.ndarray or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+    def shared(self, value, depth=0):
+        """value, or a copy of it whose large arrays are the loop's shared copies."""
+        kind = type(value)
+        if kind is self.ndarray:
+            return self.shared_array(value)
+        if depth > self._DEPTH or kind not in (tuple, list, dict) or not value:
+            return value
+        if kind is dict:
+            items = {key: self.shared(item, depth + 1) for key, item in value.items()}
+            changed = any(items[key] is not item for key, item in value.items())
+        else:
+            items = [self.shared(item, depth + 1) for item in value]
+            changed = any(new is not item for new, item in zip(items, value))
+            items = kind(items) if kind is tuple else items
+        return items if changed else value
+
+    def shared_array(self, value):
+        if value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:

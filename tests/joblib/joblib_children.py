@@ -36,6 +36,29 @@ def block_of(array):
     return None if found is None else found[0].address
 
 
+def _array_inside(value):
+    """The first numpy array in value, itself or in its lists, tuples and dicts."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ():
+        found = _array_inside(item)
+        if found is not None:
+            return found
+    return None
+
+
+def block_inside(value):
+    """block_of the first array in value (_array_inside)."""
+    return block_of(_array_inside(value))
+
+
+def writeable_inside(value=None, held=None):
+    """Whether the first array in value, or held, is writeable here."""
+    return bool(_array_inside(held if value is None else value).flags.writeable)
+
+
 def environ(name):
     """This process's environment variable name, or None."""
     return os.environ.get(name)

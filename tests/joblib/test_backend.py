@@ -262,6 +262,26 @@ def test_a_large_argument_goes_to_the_workers_once_per_loop():
         blocks = Parallel()(delayed(joblib_children.block_of)(big) for _ in range(8))
         assert len(set(blocks)) == 1 and None not in blocks
         assert Parallel()(delayed(joblib_children.block_of)(small) for _ in range(2)) == [None, None]
+        inside = Parallel()(delayed(joblib_children.block_inside)(wrap(big)) for wrap in _HOLDERS.values()
+                            for _ in range(2))
+        assert len(set(inside)) == 1 and None not in inside
+
+
+_HOLDERS = {"list": lambda a: [1, a], "tuple": lambda a: ("x", (a,)), "dict": lambda a: {"data": a},
+            "keyword": lambda a: a}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("holder", list(_HOLDERS))
+def test_a_large_array_inside_a_list_tuple_or_dict_argument_is_read_only_as_loky_makes_it(backend, holder):
+    big = np.zeros(1 << 18)
+    wrap = _HOLDERS[holder]
+    with parallel_config(backend=backend, n_jobs=2):
+        if holder == "keyword":
+            calls = (delayed(joblib_children.writeable_inside)(held=big) for _ in range(2))
+        else:
+            calls = (delayed(joblib_children.writeable_inside)(wrap(big)) for _ in range(2))
+        assert Parallel()(calls) == [False, False]
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
