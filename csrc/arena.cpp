@@ -113,11 +113,11 @@ namespace {
 // has free there, and whose they are: a forked child notes nothing.
 struct Holdings {
     std::mutex mu;
-    // Read without the lock first, so that a process that notes nothing
-    // (a pool's client) takes no lock per block; acquire and release pair
-    // hold_in's setting with that read.
+    // Read without the lock first (noting), so that a process that notes
+    // nothing (a pool's client, a worker's forked child) takes no lock per
+    // block; acquire pairs with hold_in's release of the table it set up.
     std::atomic<HeldTable*> table{nullptr};
-    int pid = 0;
+    std::atomic<int> pid{0};
     std::vector<uint32_t> free;  // slot indices
 };
 
@@ -127,6 +127,11 @@ Holdings& holdings() {
     return *h;
 }
 
+bool noting(const Holdings& h) noexcept {
+    // relaxed: pid is set with the table, which the acquire orders.
+    return h.table.load(std::memory_order_acquire) && h.pid.load(std::memory_order_relaxed) == current_pid();
+}
+
 }  // namespace
 
 void hold_in(HeldTable* table) noexcept {
@@ -134,24 +139,25 @@ void hold_in(HeldTable* table) noexcept {
     std::lock_guard<std::mutex> lock(h.mu);
     // A table left behind notes nothing: its references stay this
     // process's to release, and the survivor must not release them too.
-    HeldTable* old = h.table.load(std::memory_order_relaxed);
-    if (old && h.pid == current_pid())
-        for (HeldSlot& slot : old->slots) slot.live.store(0, std::memory_order_relaxed);
-    h.pid = current_pid();
+    if (noting(h))
+        for (HeldSlot& slot : h.table.load(std::memory_order_relaxed)->slots)
+            slot.live.store(0, std::memory_order_relaxed);
     h.free.clear();
     if (table) {
         h.free.reserve(kHeldSlots);
         for (std::size_t i = kHeldSlots; i-- > 0;) h.free.push_back(uint32_t(i));
     }
+    h.pid.store(current_pid(), std::memory_order_relaxed);
     h.table.store(table, std::memory_order_release);
 }
 
 uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noexcept {
     Holdings& h = holdings();
-    HeldTable* table = h.table.load(std::memory_order_acquire);
-    if (!table) return 0;
+    if (!noting(h)) return 0;
     std::lock_guard<std::mutex> lock(h.mu);
-    if (h.free.empty() || h.pid != current_pid()) return 0;
+    // relaxed here and in unhold: the lock orders hold_in's stores.
+    HeldTable* table = h.table.load(std::memory_order_relaxed);
+    if (!table || h.free.empty()) return 0;
     uint32_t i = h.free.back();
     h.free.pop_back();
     HeldSlot& slot = table->slots[i];
@@ -167,9 +173,10 @@ uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noex
 
 void unhold(uint32_t token) noexcept {
     Holdings& h = holdings();
-    HeldTable* table = h.table.load(std::memory_order_acquire);
+    if (!noting(h)) return;
     std::lock_guard<std::mutex> lock(h.mu);
-    if (!table || h.pid != current_pid()) return;
+    HeldTable* table = h.table.load(std::memory_order_relaxed);
+    if (!table) return;
     // relaxed: the release of the reference that follows is an acq_rel
     // RMW, whose release half keeps this store before it.
     table->slots[token - 1].live.store(0, std::memory_order_relaxed);
