@@ -195,9 +195,10 @@ def planned(Pool pool, fn, iterables, chunksize, buffersize, workers, timeout_ns
         count = len(units) if flat else sum(map(len, units))
         # A deadline is a task's: with one, a task is one chunk, as the caller
         # chose it; so it is in completion order, where a chunk's results come
-        # as it completes.
+        # as it completes. So is max_tasks_per_child's count, as the stdlib's.
         timed = timeout_ns > 0 or timeout_ns < 0 and pool.task_timeout_ns
-        per_batch = 1 if timed or not ordered else _batch_size(pool.task_seconds, len(units), chunksize, workers)
+        per_batch = (1 if timed or not ordered or pool.max_tasks is not None
+                     else _batch_size(pool.task_seconds, len(units), chunksize, workers))
         # Not a generator expression: that would keep `units` in the
         # closure of results(), for the garbage collector to walk until the end.
         batches = _slices(units, per_batch)

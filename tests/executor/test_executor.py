@@ -6,6 +6,7 @@ exceptions.
 """
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import multiprocessing
 import os
@@ -347,6 +348,18 @@ def test_max_tasks_per_child_replaces_workers(executor_type):
         pids = [ex.submit(os.getpid).result(timeout=60) for _ in range(6)]
     assert len(set(pids)) == 3
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]
+
+
+@pytest.mark.parametrize("chunksize", [1, 3])
+def test_max_tasks_per_child_counts_the_chunks_of_a_map(chunksize):
+    """A map's chunk is a task, as the stdlib counts it: a worker runs max_tasks_per_child chunks, however many
+    a batch of the pool's would hold. (The stdlib's pool is no oracle here: such a map can hang it, gh-115634.)"""
+    with mizu.ProcessPoolExecutor(2, max_tasks_per_child=2) as ex:
+        ex.submit(children.double, 1).result(timeout=60)
+        pids = list(ex.map(children.pid_after, range(120), chunksize=chunksize, timeout=60))
+    per_process = collections.Counter(pids)
+    assert max(per_process.values()) <= 2 * chunksize
+    assert len(per_process) >= 120 // (2 * chunksize)
 
 
 @pytest.mark.parametrize("why", ["collected", "forced", "no successor"])
