@@ -54,8 +54,10 @@ def _reduce_subclass(array):
     arena block would reach a worker as a copy.
     """
     import numpy
-    func, args = _reduce_ndarray(array.view(numpy.ndarray))[:2]
-    return _as_subclass, (type(array), func, args)
+    plain = _reduce_ndarray(array.view(numpy.ndarray))
+    if len(plain) != 2:
+        return array.__reduce_ex__(PROTOCOL)   # numpy's pickle with a state: its bytes are in band anyway
+    return _as_subclass, (type(array), *plain)
 
 
 def _reduce_ndarray(array):

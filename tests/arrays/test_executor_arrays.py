@@ -149,6 +149,25 @@ def test_writes_to_shared_arrays_that_numpy_pickles_in_band_reach_the_caller(kin
     assert mizu.arena_block(back)[0].refs >= 2, "the result is the caller's own array again"
 
 
+def _subclass_arrays():
+    rows = np.rec.fromarrays([np.arange(6), np.array(list("uvwxyz"), dtype=object)], names="n,tag")
+    return {
+        "strided matrix": np.asmatrix(np.arange(12).reshape(3, 4))[:, ::2],
+        "recarray with an object field": rows,
+        "strided recarray": np.rec.fromarrays([np.arange(10.0), np.arange(10)])[::3],
+        "shared strided recarray": mizu.zeros(10, [("a", "<f8"), ("b", "<i4")]).view(np.recarray)[::3],
+    }
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("name", list(_subclass_arrays()))
+def test_array_subclasses_round_trip_as_with_the_stdlib(pool, name):
+    array = _subclass_arrays()[name]
+    back = pool.submit(children.echo_value, array).result(timeout=60)
+    assert type(back) is type(array) and back.dtype == array.dtype and back.shape == array.shape
+    assert back.tolist() == array.tolist()
+
+
 def test_results_outlive_the_pool(start_method):
     with mizu.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method)) as ex:
         results = [ex.submit(arrays_children.arange, 200_000 + i) for i in range(4)]
