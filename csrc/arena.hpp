@@ -156,6 +156,14 @@ uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noex
 // Before the reference noted under `token` (not 0) is released.
 void unhold(uint32_t token) noexcept;
 
+// For the survivor, once the holder has died: takes the slot's reference,
+// true if it was noted. Whoever takes it releases it; no one else can.
+inline bool take_held(HeldSlot& slot) noexcept {
+    // acquire: the slot's block, written before the mark, for the reader
+    // (the holder is dead; survivors in two threads race only here).
+    return slot.live.exchange(0, std::memory_order_acquire) == 1;
+}
+
 // The address of the data of the block at `offset` with `length` bytes,
 // checked to be a block of the segment's heap with room for `length`, still
 // in the allocation `generation` and referenced. Throws

@@ -23,7 +23,7 @@ from libcpp.memory cimport shared_ptr
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
 from mizu.includes.arena cimport HeldSlot, HeldTable, attach_arena_segment, block_data, block_refs, current_pid
-from mizu.includes.arena cimport hold_in, kHeldSlots, note_held, release_block, retain_block, unhold
+from mizu.includes.arena cimport hold_in, kHeldSlots, note_held, release_block, retain_block, take_held, unhold
 from mizu.includes.array_data cimport ArrayBlock
 from mizu.includes.segment cimport Segment as CSegment
 from mizu._rings cimport _Ring
@@ -338,7 +338,7 @@ def release_held(_Ring ring):
     cdef int n = 0
     for i in range(kHeldSlots):
         slot = &table.slots[i]
-        if not slot.live:
+        if not take_held(slot[0]):
             continue
         seg.reset()
         if own is not None and own.arena_id == slot.arena_id and own.arena.get() != NULL:
@@ -350,7 +350,6 @@ def release_held(_Ring ring):
         if seg.get() != NULL:
             release_block(seg.get().base(), slot.offset)
             n += 1
-        slot.live = 0
     return n
 
 

@@ -705,7 +705,8 @@ void ring_headers() {
 
 
 // The table of held references: a note per reference, cleared before its
-// release; full, a note is refused; a table left behind is cleared.
+// release; full, a note is refused; a survivor takes a note once; a table
+// left behind is cleared.
 void arena_held() {
     auto table = std::make_unique<HeldTable>();
     auto live = [&] {
@@ -726,6 +727,9 @@ void arena_held() {
     CHECK(tokens.size() == kHeldSlots - 2 && live() == kHeldSlots);
     for (uint32_t t : tokens) unhold(t);
     CHECK(live() == 2);
+    HeldSlot& first = table->slots[a - 1];
+    CHECK(take_held(first) && !take_held(first) && live() == 1);
+    first.live.store(1, std::memory_order_relaxed);
     hold_in(nullptr);
     CHECK(live() == 0 && note_held(7, 1, 256) == 0);
     unhold(a);

@@ -29,7 +29,7 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
         uint64_t arena_id
         uint64_t offset
         uint32_t segment_id
-        uint32_t live   # an atomic, read and cleared by the survivor alone (its sequentially consistent conversions)
+        uint32_t live   # an atomic: the survivor takes it with take_held
 
     const size_t kHeldSlots
 
@@ -39,6 +39,7 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
     void hold_in(HeldTable* table)
     uint32_t note_held(uint64_t arena_id, uint32_t segment_id, uint64_t offset)
     void unhold(uint32_t token)
+    bint take_held(HeldSlot& slot)
 
     cdef cppclass ArenaOptions:
         size_t segment_size
