@@ -37,8 +37,9 @@ class _LoopArrays:
     """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
 
     A numpy array of more than max_nbytes bytes, an argument or inside a
-    list, tuple or dict argument (to a depth of _DEPTH), not in shared
-    memory already, is copied into an arena block the first time a call
+    list, tuple or dict argument (to a depth of _DEPTH, in containers of
+    _ITEMS items at most, so that a long list of numbers costs no walk),
+    not in shared memory already, is copied into an arena block the first time a call
     takes it; the loop's later calls that take the same array get that
     block. With mmap_mode "r" (joblib's default) the copy is read-only in
     the workers, as loky's memmaps are; with "r+" or "w+" the loop's tasks
@@ -46,6 +47,7 @@ class _LoopArrays:
     """
 
     _DEPTH = 4
+    _ITEMS = 1000
 
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
@@ -55,25 +57,31 @@ class _LoopArrays:
 
     def share(self, items):
         for i, (fn, args, kwargs) in enumerate(items):
-            shared_args, shared_kwargs = self.shared(args), self.shared(kwargs)
+            # A container that a call passes twice stays one object, as pickle keeps it.
+            seen = {}
+            shared_args, shared_kwargs = self.shared(args, seen), self.shared(kwargs, seen)
             if shared_args is not args or shared_kwargs is not kwargs:
                 items[i] = (fn, shared_args, shared_kwargs)
 
-    def shared(self, value, depth=0):
+    def shared(self, value, seen, depth=0):
         """value, or a copy of it whose large arrays are the loop's shared copies."""
         kind = type(value)
         if kind is self.ndarray:
             return self.shared_array(value)
-        if depth > self._DEPTH or kind not in (tuple, list, dict) or not value:
+        if depth > self._DEPTH or kind not in (tuple, list, dict) or not value or len(value) > self._ITEMS:
             return value
+        found = seen.get(id(value))
+        if found is not None:
+            return found
         if kind is dict:
-            items = {key: self.shared(item, depth + 1) for key, item in value.items()}
+            items = {key: self.shared(item, seen, depth + 1) for key, item in value.items()}
             changed = any(items[key] is not item for key, item in value.items())
         else:
-            items = [self.shared(item, depth + 1) for item in value]
+            items = [self.shared(item, seen, depth + 1) for item in value]
             changed = any(new is not item for new, item in zip(items, value))
             items = kind(items) if kind is tuple else items
-        return items if changed else value
+        seen[id(value)] = result = items if changed else value
+        return result
 
     def shared_array(self, value):
         if value.nbytes <= self.max_nbytes or value.dtype.hasobject:

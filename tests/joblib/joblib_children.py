@@ -59,6 +59,11 @@ def writeable_inside(value=None, held=None):
     return bool(_array_inside(held if value is None else value).flags.writeable)
 
 
+def same(a, b):
+    """Whether a and b are one object here."""
+    return a is b
+
+
 def environ(name):
     """This process's environment variable name, or None."""
     return os.environ.get(name)

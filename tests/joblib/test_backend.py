@@ -267,6 +267,13 @@ def test_a_large_argument_goes_to_the_workers_once_per_loop():
         assert len(set(inside)) == 1 and None not in inside
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_list_holding_a_large_array_passed_twice_to_a_call_is_one_list_in_it(backend):
+    held = [np.zeros(1 << 18)]
+    with parallel_config(backend=backend, n_jobs=2):
+        assert Parallel()(delayed(joblib_children.same)(held, held) for _ in range(2)) == [True, True]
+
+
 _HOLDERS = {"list": lambda a: [1, a], "tuple": lambda a: ("x", (a,)), "dict": lambda a: {"data": a},
             "keyword": lambda a: a}
 
