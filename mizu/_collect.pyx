@@ -163,8 +163,14 @@ cdef class Collector(Watchdog):
         """Drain results in this thread until cell's future is done or deadline_ns (now_ns's clock, or kForever) passes."""
         cdef int64_t now
         if self.recv_owner == PyThread_get_thread_ident():
-            raise RuntimeError("a done-callback cannot wait for a future of its own pool: it runs in the "
-                               "thread that collects the results")
+            # A done-callback: nothing is collected while it runs. With a
+            # timeout it waits that out and times out, as the stdlib's
+            # callback, which blocks its manager thread, does; without one
+            # it would wait forever.
+            if deadline_ns != kForever:
+                return
+            raise RuntimeError("a done-callback cannot wait for a future of its own pool without a timeout: it "
+                               "runs in the thread that collects the results")
         self.collecting += 1
         try:
             while not is_done(cell):

@@ -113,6 +113,28 @@ def test_callbacks_run_in_order_once_each_before_and_after_the_end(one):
     assert calls == [("first", 0.1), ("second", 0.1), ("after", threading.current_thread())]
 
 
+def test_a_callback_that_waits_for_another_future_with_a_timeout_times_out(executor_type, tmp_path):
+    gate = str(tmp_path / "gate")
+    seen = []
+    ran = threading.Event()
+
+    def poll(f, other):
+        for timeout in (0, 0.05):
+            try:
+                seen.append(other.result(timeout=timeout))
+            except TimeoutError as exc:
+                seen.append(type(exc))
+        ran.set()
+
+    with executor_type(2) as ex:
+        blocked = ex.submit(children.wait_for_file, gate)
+        ex.submit(children.double, 1).add_done_callback(lambda f: poll(f, blocked))
+        assert ran.wait(60)
+        open(gate, "w").close()
+        assert blocked.result(timeout=60) > 0
+    assert seen == [cf.TimeoutError, cf.TimeoutError]
+
+
 def test_a_callback_that_raises_is_logged_and_the_others_still_run(one, caplog):
     ran = threading.Event()
 
