@@ -234,6 +234,9 @@ cdef class Manager(Dispatcher):
                     future.set_running_or_notify_cancel()
                 drop_task(cell_of(future))
         if not self.started:
+            # Never started, nor can it be now: its segment goes at once.
+            if self.segment is not None:
+                self.release()
             return
         if wait and self.recv_owner == PyThread_get_thread_ident():
             self.kicked.set()

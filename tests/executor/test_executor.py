@@ -24,7 +24,7 @@ import pytest
 import children
 import executor_children
 import mizu
-from helpers import TESTS, child_environ, mapped_segments, wait_until
+from helpers import TESTS, child_environ, mapped_segments, memfds_of, wait_until
 
 
 def test_mizu_is_a_concurrent_futures_process_pool():
@@ -248,6 +248,17 @@ def test_shutdown_without_wait_still_finishes_the_work(executor_type, start_meth
     ex.shutdown(wait=False)
     assert [f.result(timeout=60) for f in futures] == [0.05] * 6
     assert _ends(thread, processes)
+
+
+def test_a_pool_shut_down_before_its_first_task_holds_nothing(executor_type):
+    before = memfds_of(os.getpid())
+    pools = [executor_type(2) for _ in range(5)]
+    for ex in pools:
+        ex.shutdown()
+    assert [ex._processes for ex in pools] == [None] * 5
+    assert memfds_of(os.getpid()) <= before
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pools[0].submit(children.double, 1)
 
 
 def test_collecting_the_executor_still_finishes_the_work(executor_type, start_method):
