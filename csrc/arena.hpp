@@ -137,7 +137,7 @@ struct HeldSlot {
     std::atomic<uint32_t> live;
 };
 
-constexpr std::size_t kHeldSlots = 1024;
+constexpr std::size_t kHeldSlots = 256;  // 6 KiB in every ring's header
 
 struct HeldTable {
     HeldSlot slots[kHeldSlots];

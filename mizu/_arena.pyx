@@ -307,7 +307,7 @@ def hold_in_ring(_Ring ring):
     table of `ring`, its task ring, so that its client can release those
     it still holds if it dies (`release_held`). A pool's worker does, as it
     starts, and with None as it ends: the references it holds then are its
-    own to release again. Slots run out past 1024 references at once; those
+    own to release again. Slots run out past 256 references at once; those
     beyond go unnoted, and leak if the process dies holding them.
     """
     if ring is None:

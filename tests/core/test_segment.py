@@ -94,7 +94,7 @@ def test_ring_attach_checks_what_is_at_the_offset():
     with pytest.raises(ValueError, match="single-producer"):
         _core.MpmcRing.attach(seg, ring.offset)
     with pytest.raises(ValueError, match="no mizu ring"):
-        _core.SpscRing.attach(seg, seg.alloc(4096))
+        _core.SpscRing.attach(seg, seg.alloc(1 << 14))
     with pytest.raises(ValueError, match="outside the segment"):
         _core.SpscRing.attach(seg, seg.size)
 

@@ -122,7 +122,7 @@ def test_a_callback_that_waits_for_another_future_with_a_timeout_times_out(execu
         for timeout in (0, 0.05):
             try:
                 seen.append(other.result(timeout=timeout))
-            except TimeoutError as exc:
+            except cf.TimeoutError as exc:   # the builtin from Python 3.11
                 seen.append(type(exc))
         ran.set()
 
