@@ -211,8 +211,8 @@ def test_ctrl_c_interrupts_shutdown_and_the_exit_is_clean(client, tmp_path, grou
 @linux_only
 @pytest.mark.parametrize("how", ["os.fork", "multiprocessing"])
 def test_a_forked_child_leaves_a_busy_pool_alone(client, tmp_path, executor_type, how):
-    """A child forked while the pool is busy (a future queued there cancelled) exits normally and can make a pool of its own; the parent's pool
-    still delivers every result.
+    """A child forked while the pool is busy (a future queued there cancelled) exits normally and can make a
+    pool of its own; the parent's pool still delivers every result.
 
     In the child, mizu refuses the parent's pool: submit and map raise
     BrokenProcessPool naming the parent, the parent's futures fail at once
