@@ -25,6 +25,7 @@ from mizu._sync cimport Fifo, Lock
 from mizu.includes.messages cimport Message, kResult, read_message
 from mizu.includes.spin cimport kForever, now_ns
 
+import numbers
 import threading
 import traceback
 from concurrent.futures import _base
@@ -85,6 +86,8 @@ cdef object _collect_for(Cell cell, timeout):
     if timeout is None:
         (<Collector>pool).wait_until(cell, kForever)
         return None
+    if not isinstance(timeout, (float, int, numbers.Real)):   # as the stdlib's wait, which compares it with 0
+        raise TypeError(f"timeout must be None or a number of seconds, not {type(timeout).__name__}")
     cdef int64_t deadline = now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9)
     (<Collector>pool).wait_until(cell, deadline)
     return max(0, deadline - now_ns()) * 1e-9

@@ -135,6 +135,18 @@ def test_a_callback_that_waits_for_another_future_with_a_timeout_times_out(execu
     assert seen == [cf.TimeoutError, cf.TimeoutError]
 
 
+def test_a_timeout_that_is_not_a_number_is_refused_as_the_stdlib_refuses_it(one, tmp_path):
+    gate = str(tmp_path / "gate")
+    future = one.submit(children.wait_for_file, gate)
+    for wait in (future.result, future.exception):
+        with pytest.raises(TypeError):
+            wait(timeout="1")
+    assert not future.done()
+    open(gate, "w").close()
+    assert future.result(timeout=60) > 0
+    assert future.exception(timeout="1") is None   # a done future is not waited for, in either pool
+
+
 def test_a_callback_that_raises_is_logged_and_the_others_still_run(one, caplog):
     ran = threading.Event()
 
