@@ -9,6 +9,8 @@ caller):
   pickles as a view of the bytes it spans;
 - a contiguous array of datetimes or timedeltas, as a view of its bytes;
 - a numpy.recarray or numpy.matrix, as its plain array, viewed again.
+A contiguous array of a builtin number type pickles as numpy pickles it,
+its bytes out of band, only sooner (`_reduce_ndarray`).
 
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
@@ -42,6 +44,12 @@ def _view(buffer, dtype, shape, strides, offset):
     return numpy.ndarray(shape, dtype, buffer=buffer, offset=offset, strides=strides)
 
 
+def _from_buffer(buffer, typecode, shape, order):
+    """A contiguous array of a builtin number type unpickled from its bytes, as numpy's own pickle rebuilds it."""
+    import numpy
+    return numpy.frombuffer(buffer, typecode).reshape(shape, order=order)
+
+
 def _as_subclass(cls, func, args):
     """An array subclass's instance unpickled as a view of the plain array that (func, args) rebuilds."""
     return func(*args).view(cls)
@@ -63,7 +71,15 @@ def _reduce_subclass(array):
 def _reduce_ndarray(array):
     flags = array.flags
     contiguous = flags.c_contiguous or flags.f_contiguous
-    if array.dtype.kind in "mM" and contiguous:
+    dtype = array.dtype
+    if contiguous and dtype.isbuiltin == 1 and dtype.kind in "biufc":
+        # What numpy's own pickle of it holds, made in half the time: the
+        # dtype as its one-letter code, which names it exactly, where numpy
+        # pickles a reduction of it, and no lookup of numpy's rebuilding
+        # function in its modules at every array.
+        return _from_buffer, (pickle.PickleBuffer(array), dtype.char, array.shape,
+                              "C" if flags.c_contiguous else "F")
+    if dtype.kind in "mM" and contiguous:
         # numpy pickles datetimes and timedeltas in band, since their items
         # have no buffer format: their bytes go as 64-bit integers, out of
         # band (by reference from an arena block) as any other array's.

@@ -275,3 +275,42 @@ def test_a_forked_child_makes_arrays_in_an_arena_of_its_own():
     child.join(60)
     assert child.exitcode == 0
     assert mizu.default_arena() is parent
+
+
+number_dtypes = st.one_of(
+    hnp.boolean_dtypes(),
+    hnp.integer_dtypes(endianness="?"),
+    hnp.unsigned_integer_dtypes(endianness="?"),
+    hnp.floating_dtypes(endianness="?", sizes=(16, 32, 64, 128)),
+    hnp.complex_number_dtypes(endianness="?", sizes=(64, 128, 256)),
+    st.sampled_from([np.dtype(c) for c in "qQnNpPlLgG"]),
+)
+
+
+@given(shape=shapes, dtype=number_dtypes, order=st.sampled_from(["C", "F"]), writeable=st.booleans(),
+       out_of_band=st.booleans(), arena=st.booleans())
+def test_arrays_pickled_for_a_worker_unpickle_as_numpy_s_own_pickle_does(shape, dtype, order, writeable,
+                                                                           out_of_band, arena):
+    """mizu pickles arrays of builtin number types itself: what arrives is what numpy's own pickle gives.
+
+    Except that the exact type of the items is kept, where numpy's pickle of
+    numpy.longlong, say, gives numpy.int64 (its equal).
+    """
+    from mizu._pickler import dumps, loads
+
+    array = (mizu.zeros if arena else np.zeros)(shape, dtype, order=order)
+    raw = (np.arange(array.nbytes) % 251).astype(np.uint8).tobytes()
+    np.copyto(array, np.frombuffer(raw, array.dtype).reshape(array.shape))
+    array.flags.writeable = writeable
+    buffers = []
+    data = dumps(array, (lambda b: buffers.append(b.raw()) or False) if out_of_band else None)
+    ours = loads(data, buffers=buffers)
+    kept = []
+    theirs = pickle.loads(pickle.dumps(array, 5, buffer_callback=kept.append if out_of_band else None),
+                          buffers=[b.raw() for b in kept])
+    assert type(ours) is type(theirs) and ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    assert ours.dtype.type is (array.dtype.type if array.dtype.isbuiltin == 1 else theirs.dtype.type)
+    assert ours.flags.writeable == theirs.flags.writeable
+    assert (ours.flags.c_contiguous, ours.flags.f_contiguous) == (theirs.flags.c_contiguous,
+                                                                   theirs.flags.f_contiguous)
+    assert ours.tobytes() == theirs.tobytes()
