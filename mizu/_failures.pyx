@@ -89,13 +89,24 @@ cdef class Watchdog(Roster):
         # Only these are replaced now: one that dies meanwhile may have
         # answered a task since the drain, and claimed the next, which would
         # be taken for the task it died running; the next check has it.
-        dead = [worker for worker in self.workers if worker.watch is not None and not worker.watch.alive()]
-        for worker in dead:
-            self.results.void_abandoned(worker.process.pid)
+        dead = [(worker, worker.process) for worker in self.workers
+                if worker.watch is not None and not worker.watch.alive()]
+        results = self.results
+        for worker, process in dead:
+            results.void_abandoned(process.pid)
+        pushed = results.popped + len(results)   # what the dead pushed lies before this
         self.drain()
-        for worker in dead:
-            # One whose retirement notice the drain found has its successor.
-            if self.broken is not None or worker.watch is None or worker.watch.alive():
+        if results.popped < pushed:
+            # The drain stopped short (a busy machine, or a live worker's
+            # push under way): the dead are judged by a later check, once
+            # what they pushed is read.
+            return
+        for worker, process in dead:
+            # One whose retirement notice the drain found has its successor,
+            # judged by a later check: the successor may have lived its whole
+            # life (max_tasks_per_child) while the drain ran, its messages
+            # pushed after the drain's mark.
+            if self.broken is not None or worker.watch is None or worker.process is not process:
                 continue
             if worker.ending or (self.replace_dead and worker.up and worker.failure is None):
                 self.recover(worker)
