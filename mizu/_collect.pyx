@@ -25,7 +25,6 @@ from mizu._sync cimport Fifo, Lock
 from mizu.includes.messages cimport Message, kResult, read_message
 from mizu.includes.spin cimport kForever, now_ns
 
-import numbers
 import threading
 import traceback
 from concurrent.futures import _base
@@ -86,7 +85,7 @@ cdef object _collect_for(Cell cell, timeout):
     if timeout is None:
         (<Collector>pool).wait_until(cell, kForever)
         return None
-    if not isinstance(timeout, (float, int, numbers.Real)):   # as the stdlib's wait, which compares it with 0
+    if isinstance(timeout, (str, bytes, bytearray)):   # as the stdlib's wait, which compares it with 0
         raise TypeError(f"timeout must be None or a number of seconds, not {type(timeout).__name__}")
     cdef int64_t deadline = now_ns() + <int64_t>(max(0.0, min(float(timeout), 1e9)) * 1e9)
     (<Collector>pool).wait_until(cell, deadline)
@@ -251,19 +250,20 @@ cdef class Collector(Watchdog):
             self.start_put_off()
 
     cdef drain(self):
-        """Collect every message pushed so far, then dispatch: a push under way is waited for, up to _DRAIN seconds.
+        """Collect every message pushed so far, then dispatch: a push under way is waited for, up to _DRAIN_NS.
 
         Before a dead worker is replaced or a task's deadline is judged, so
-        that what was answered counts as answered.
+        that what was answered counts as answered. The wait is for each
+        message in turn: handling one may take long (a retired worker's
+        successor starting, on a busy machine), which is no reason to leave
+        the next unread; a slot that stays unfinished (its worker stopped,
+        or killed as it began its push) ends the drain.
         """
         cdef _Ring ring = self.results
         cdef uint64_t pushed = ring.popped + len(ring)
-        cdef int64_t deadline = now_ns() + _DRAIN_NS
         while ring.popped < pushed:
-            if deadline <= now_ns():
-                break
             try:
-                slot = ring._pop(deadline, None, False)
+                slot = ring._pop(now_ns() + _DRAIN_NS, None, False)
             except TimeoutError:
                 break
             self.handle(slot)

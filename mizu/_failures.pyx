@@ -91,16 +91,9 @@ cdef class Watchdog(Roster):
         # be taken for the task it died running; the next check has it.
         dead = [(worker, worker.process) for worker in self.workers
                 if worker.watch is not None and not worker.watch.alive()]
-        results = self.results
         for worker, process in dead:
-            results.void_abandoned(process.pid)
-        pushed = results.popped + len(results)   # what the dead pushed lies before this
+            self.results.void_abandoned(process.pid)
         self.drain()
-        if results.popped < pushed:
-            # The drain stopped short (a busy machine, or a live worker's
-            # push under way): the dead are judged by a later check, once
-            # what they pushed is read.
-            return
         for worker, process in dead:
             # One whose retirement notice the drain found has its successor,
             # judged by a later check: the successor may have lived its whole

@@ -72,7 +72,7 @@ def _reduce_ndarray(array):
     flags = array.flags
     contiguous = flags.c_contiguous or flags.f_contiguous
     dtype = array.dtype
-    if contiguous and dtype.isbuiltin == 1 and dtype.kind in "biufc":
+    if contiguous and dtype.isbuiltin == 1 and dtype.kind in "biufc" and dtype.isnative and dtype.metadata is None:
         # What numpy's own pickle of it holds, made in half the time: the
         # dtype as its one-letter code, which names it exactly, where numpy
         # pickles a reduction of it, and no lookup of numpy's rebuilding

@@ -283,7 +283,8 @@ number_dtypes = st.one_of(
     hnp.unsigned_integer_dtypes(endianness="?"),
     hnp.floating_dtypes(endianness="?", sizes=(16, 32, 64, 128)),
     hnp.complex_number_dtypes(endianness="?", sizes=(64, 128, 256)),
-    st.sampled_from([np.dtype(c) for c in "qQnNpPlLgG"]),
+    st.sampled_from([np.dtype(c) for c in "qQnNpPlLgG"] + [np.dtype("i1", metadata={"enum": 1}),
+                                                         np.dtype(">f8", metadata={"unit": "m"})]),
 )
 
 
