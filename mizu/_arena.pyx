@@ -19,6 +19,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp.memory cimport shared_ptr
+from libcpp.vector cimport vector
 
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
@@ -478,6 +479,10 @@ cdef class Arena:
             m = self._mapping(arena.get(), a.segment_id)
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
+            block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+            if self is _default and (a.dedicated or len(self.segments) > 1):
+                _watch_idle()
+            return block
         return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
 
     cdef _Mapping _mapping(self, CArena* arena, uint32_t segment_id):
@@ -494,12 +499,18 @@ cdef class Arena:
         return Block.adopt(m, self.arena_id, where.segment_id, where.offset, where.length, where.generation)
 
     cdef _forget_retired(self, CArena* arena):
-        cdef uint32_t segment_id
-        cdef shared_ptr[CSegment] seg
-        for segment_id in list(self.segments):
-            seg = arena.segment(segment_id)
-            if seg.get() == NULL:
-                del self.segments[segment_id]
+        cdef vector[uint32_t] ids = list(self.segments)
+        cdef vector[uint32_t] gone
+        cdef size_t i
+        # Without the GIL: another thread may hold the arena's lock while it
+        # faults in a new segment.
+        with nogil:
+            for i in range(ids.size()):
+                if arena.segment(ids[i]).get() == NULL:
+                    gone.push_back(ids[i])
+        for i in range(gone.size()):
+            # Another thread's call may have dropped it meanwhile.
+            self.segments.pop(gone[i], None)
 
     def drain(self):
         """drain()
@@ -553,10 +564,13 @@ cdef class Arena:
             how many of them are freed dedicated segments kept for reuse;
             ``limit``.
         """
-        cdef CArena* arena = self._live()
-        cdef ArenaStats s = arena.stats()
+        self._live()
+        cdef shared_ptr[CArena] arena = self.arena
+        cdef ArenaStats s
+        with nogil:
+            s = arena.get().stats()
         return {"in_use": s.in_use, "blocks": s.blocks, "free": s.free, "free_blocks": s.free_blocks,
-                "capacity": s.capacity, "segments": s.segments, "spares": s.spares, "limit": arena.limit()}
+                "capacity": s.capacity, "segments": s.segments, "spares": s.spares, "limit": arena.get().limit()}
 
     @property
     def id(self):
@@ -637,7 +651,9 @@ def default_arena():
     Created on first use with the default `Arena` settings (see
     ``MIZU_ARENA_LIMIT`` there). A forked child does not inherit its
     parent's: it gets one of its own on first use, while the arrays it
-    inherited stay valid and shared with the parent.
+    inherited stay valid and shared with the parent. Its segments go back
+    to the system once they have held no block for a second, the first one
+    excepted (`mizu._array_data.watch_idle_memory`).
 
     Returns
     -------
@@ -651,6 +667,22 @@ def default_arena():
                 _default = Arena()
             arena = _default
     return arena
+
+
+cdef _watch_idle():
+    """Have the default arena's segments given back once they have held nothing for a second.
+
+    An allocation does not fail for want of the thread (none can start as
+    the interpreter exits, or with the process at its limit of threads):
+    the segment then goes back with the next one's, or at a pool's shutdown.
+    """
+    if sys.is_finalizing():
+        return
+    from mizu._array_data import watch_idle_memory
+    try:
+        watch_idle_memory()
+    except RuntimeError:
+        pass
 
 
 def _ndarray_type():

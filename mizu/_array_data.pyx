@@ -4,12 +4,16 @@ from mizu.includes.arena cimport current_pid
 from mizu.includes.array_data cimport ArrayBlock, ArrayData
 from mizu._arena cimport Arena, Block, _address
 
+import os
 import sys
+import threading
+import time
 
 from mizu import _arena
 from mizu._arena import _ndarray_type, _span, release_idle_mappings
 
-__all__ = ["ARRAY_THRESHOLD", "install_array_handler", "array_arena", "release_idle_memory", "born_block", "is_born"]
+__all__ = ["ARRAY_THRESHOLD", "IDLE_MEMORY_SECONDS", "install_array_handler", "array_arena", "release_idle_memory",
+           "watch_idle_memory", "born_block", "is_born"]
 
 # Array data born in the arena (csrc/array_data.hpp): in a worker, numpy
 # takes every array's data of ARRAY_THRESHOLD bytes or more from an arena
@@ -81,6 +85,89 @@ def release_idle_memory(seconds):
         if arena is not None and not arena.closed:
             arena.release_idle(seconds)
     release_idle_mappings(seconds)
+
+
+# Segments of an arena that have held no block for this long go back to the
+# system: numpy's own allocator gives large arrays' memory back as soon as
+# they are freed; the arena keeps it this long for the next arrays.
+IDLE_MEMORY_SECONDS = 1.0
+
+_watch_lock = threading.Lock()
+_watcher = None     # the thread mizu-idle-memory, while it runs
+_watch_forever = False
+_poked = False      # a segment was mapped since the thread last looked
+
+
+def _forget_parents_watcher():
+    # The thread is not the child's: it starts its own once it has memory to give back.
+    global _watch_lock, _watcher, _watch_forever, _poked
+    _watch_lock, _watcher, _watch_forever, _poked = threading.Lock(), None, False, False
+
+
+os.register_at_fork(after_in_child=_forget_parents_watcher)
+
+
+def watch_idle_memory(forever=False):
+    """watch_idle_memory(forever=False)
+
+    Have the thread ``mizu-idle-memory`` run `release_idle_memory`
+    (`IDLE_MEMORY_SECONDS`) once every `IDLE_MEMORY_SECONDS`, until this
+    process's arenas are down to their first segment each; with `forever`,
+    for as long as the process lives (a worker's arrays take segments
+    through numpy, not through `Arena.alloc`, which calls this).
+
+    Raises
+    ------
+    RuntimeError
+        The thread cannot start (the interpreter is exiting, or the process
+        has as many threads as it may).
+    """
+    global _watcher, _watch_forever, _poked
+    while True:
+        thread = threading.Thread(target=_watch, daemon=True, name="mizu-idle-memory") if _watcher is None else None
+        # Nothing under the lock allocates: a collection there could run a
+        # finalizer that allocates an array and comes back here.
+        with _watch_lock:
+            _poked = True
+            _watch_forever = _watch_forever or forever
+            if _watcher is not None:
+                return
+            if thread is not None:
+                _watcher = thread
+                break
+        # It ended between the look and the lock: another one starts.
+    try:
+        thread.start()
+    except BaseException:
+        with _watch_lock:
+            _watcher = None
+        raise
+
+
+def _watch():
+    global _watcher, _poked
+    try:
+        while True:
+            time.sleep(IDLE_MEMORY_SECONDS)
+            with _watch_lock:
+                _poked = False
+            release_idle_memory(IDLE_MEMORY_SECONDS)
+            busy = _watch_forever or _beyond_first(_arena._default) or _beyond_first(array_arena())
+            with _watch_lock:
+                if not busy and not _poked:
+                    _watcher = None
+                    return
+    except BaseException:
+        with _watch_lock:
+            _watcher = None
+        raise
+
+
+def _beyond_first(arena):
+    try:
+        return arena is not None and arena.stats()["segments"] > 1
+    except ValueError:   # closed
+        return False
 
 
 def born_block(obj):

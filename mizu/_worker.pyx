@@ -21,8 +21,6 @@ from mizu.includes.worker_loop cimport Stop, WorkerLanguage, WorkerLoop
 
 import logging
 import sys
-import threading
-import time
 import traceback
 
 from mizu import _arena, _array_data, _core
@@ -36,10 +34,6 @@ cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
 
 
-# Segments of the arena that have held no array for this long go back to
-# the system: numpy's own allocator gives large arrays' memory back as soon
-# as they are freed; the arena keeps it this long for the next task's.
-_IDLE_MEMORY_SECONDS = 1.0
 cdef Codec _codec = Codec()
 
 
@@ -67,19 +61,13 @@ def _with_traceback(exc):
     return _ExceptionWithTraceback(exc, exc.__traceback__)
 
 
-def _give_back_idle_memory():
-    while True:
-        time.sleep(_IDLE_MEMORY_SECONDS)
-        _array_data.release_idle_memory(_IDLE_MEMORY_SECONDS)
-
-
 def _arrays_in_the_arena():
     """From now on large arrays that tasks make lie in shared memory, so that results cross without a copy."""
     try:
         _array_data.install_array_handler()
         _arena.keep_large_mappings()
         # Whether the worker waits or works: a long task may have freed them.
-        threading.Thread(target=_give_back_idle_memory, daemon=True, name="mizu-idle-memory").start()
+        _array_data.watch_idle_memory(forever=True)
     except Exception:
         # Tasks still run, their arrays in numpy's memory, as before.
         logging.getLogger("mizu").warning("large arrays stay in numpy's memory in this worker", exc_info=True)

@@ -2,6 +2,8 @@
 
 import gc
 import multiprocessing
+import subprocess
+import sys
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 import arrays_children
 import children
 import mizu
+from helpers import child_environ
 from mizu._arrays import default_arena
 
 
@@ -189,6 +192,44 @@ def test_shared_memory_returns_when_the_arrays_are_dropped():
             assert ex.submit(children.echo_value, data).result(timeout=60).sum() == pytest.approx(data.sum())
     gc.collect()
     assert arena.stats()["in_use"] == before
+
+
+def test_a_dropped_array_gives_its_memory_back_as_numpy_s_does(tmp_path):
+    """A large mizu array made without a pool, or kept after its pool shut down, gives its memory back once dropped."""
+    code = """
+import os
+import time
+import numpy as np
+import mizu
+from helpers import resident_memory
+
+SIZE = 128 << 20
+
+
+def given_back(arrays):
+    arrays[0][:] = 1
+    before = resident_memory(os.getpid())
+    arrays.clear()
+    deadline = time.monotonic() + 10   # mizu's after a second
+    while (fraction := (before - resident_memory(os.getpid())) / SIZE) < 0.9 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return round(fraction, 2)
+
+
+numpy_s = given_back([np.empty(SIZE, np.uint8)])
+alone = given_back([mizu.empty(SIZE, np.uint8)])
+with mizu.ProcessPoolExecutor(1) as ex:
+    kept = [mizu.zeros(SIZE, np.uint8), ex.submit(np.ones, SIZE, np.uint8).result(timeout=60)]
+    assert ex.submit(np.sum, kept[0]).result(timeout=60) == 0
+print(numpy_s, alone, given_back([kept.pop(0)]), given_back([kept.pop(0)]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=child_environ({"MIZU_ARENA_LIMIT": "2G"}), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    numpy_s, *mizu_s = map(float, out.stdout.split())
+    assert numpy_s > 0.9, out.stdout
+    # Made alone; made in the client and used by a task; made by a worker and returned.
+    assert all(fraction > 0.9 for fraction in mizu_s), out.stdout
 
 
 def test_an_exhausted_arena_fails_the_task_not_the_pool(monkeypatch):
