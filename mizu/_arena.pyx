@@ -480,7 +480,8 @@ cdef class Arena:
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
             block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
-            if self is _default and (a.dedicated or len(self.segments) > 1):
+            # Segment ids are never reused: 0 is the one made with the arena.
+            if self is _default and (a.dedicated or a.segment_id != 0):
                 _watch_idle()
             return block
         return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
@@ -488,8 +489,11 @@ cdef class Arena:
     cdef _Mapping _mapping(self, CArena* arena, uint32_t segment_id):
         """This process's mapping of a live segment of the arena."""
         cdef _Mapping m = _mappings.get((self.arena_id, segment_id))
+        cdef shared_ptr[CSegment] seg
         if m is None:
-            m = _mapped(self.arena_id, segment_id, arena.segment(segment_id))
+            with nogil:   # as in _forget_retired
+                seg = arena.segment(segment_id)
+            m = _mapped(self.arena_id, segment_id, seg)
         return m
 
     cdef Block _another_reference(self, ArrayBlock where):

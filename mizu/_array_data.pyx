@@ -129,7 +129,7 @@ def watch_idle_memory(forever=False):
         # finalizer that allocates an array and comes back here.
         with _watch_lock:
             _poked = True
-            _watch_forever = _watch_forever or forever
+            _watch_forever = _watch_forever or bool(forever)
             if _watcher is not None:
                 return
             if thread is not None:
@@ -139,8 +139,9 @@ def watch_idle_memory(forever=False):
     try:
         thread.start()
     except BaseException:
-        with _watch_lock:
-            _watcher = None
+        if thread.ident is None:   # not started (an interrupt may come once it has)
+            with _watch_lock:
+                _watcher = None
         raise
 
 
@@ -159,13 +160,18 @@ def _watch():
                     return
     except BaseException:
         with _watch_lock:
-            _watcher = None
+            if _watcher is threading.current_thread():
+                _watcher = None
         raise
 
 
 def _beyond_first(arena):
+    """Whether arena holds more than one ordinary segment: another one, or a dedicated one (larger)."""
     try:
-        return arena is not None and arena.stats()["segments"] > 1
+        if arena is None:
+            return False
+        stats = arena.stats()
+        return stats["segments"] > 1 or stats["capacity"] > arena.segment_size
     except ValueError:   # closed
         return False
 
