@@ -473,18 +473,18 @@ cdef class Arena:
         with nogil:
             a = arena.get().alloc(n)
         cdef _Mapping m = self.segments.get(a.segment_id)
-        if m is None:
+        cdef bint new_segment = m is None
+        if new_segment:
             # A new segment: the arena may have retired others to make room.
             self._forget_retired(arena.get())
             m = self._mapping(arena.get(), a.segment_id)
             if not a.dedicated and self.arena.get() != NULL:
                 self.segments[a.segment_id] = m
-            block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
-            # Segment ids are never reused: 0 is the one made with the arena.
-            if self is _default and (a.dedicated or a.segment_id != 0):
-                _watch_idle()
-            return block
-        return Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+        block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+        # Segment ids are never reused: 0 is the one made with the arena.
+        if new_segment and self is _default and (a.dedicated or a.segment_id != 0):
+            _watch_idle()
+        return block
 
     cdef _Mapping _mapping(self, CArena* arena, uint32_t segment_id):
         """This process's mapping of a live segment of the arena."""
