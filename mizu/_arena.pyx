@@ -70,9 +70,12 @@ _mappings = weakref.WeakValueDictionary()
 # same segment then costs one mmap, not one per block. Segments up to twice
 # the default size: ordinary ones, and those of a block of up to 64 MB,
 # which a worker's arena keeps as a spare and gives the next such result; a
-# larger segment goes with its block. None once the process that shared it
-# has exited (forget_exited_peers).
-# (arena id, segment id) -> (its _Mapping, the pid of the process that shared it)
+# larger segment goes with its block. A mapping goes once no block was
+# opened from it for a second (release_idle_mappings, from the thread
+# mizu-idle-memory, which _open starts), or once the process that shared it
+# has exited (forget_exited_peers): the memory its owner gave back is not
+# held here.
+# (arena id, segment id) -> (its _Mapping, the pid of the process that shared it, when a block of it was last opened)
 _recent = collections.OrderedDict()
 _RECENT = 8
 _RECENT_BYTES = 2 * DEFAULT_SEGMENT_SIZE
@@ -105,13 +108,25 @@ def keep_large_mappings():
 def release_idle_mappings(seconds):
     """release_idle_mappings(seconds)
 
-    Drop the kept mappings of large segments that no block was opened from
-    for `seconds` or more.
+    Drop the kept mappings of other processes' segments that no block was
+    opened from for `seconds` or more.
     """
     cutoff = time.monotonic() - seconds
     for key, (mapping, used) in list(_recent_large.items()):
         if used <= cutoff:
             _recent_large.pop(key, None)
+    for key, (mapping, pid, used) in list(_recent.items()):
+        if used <= cutoff:
+            _recent.pop(key, None)
+
+
+def keeps_mappings():
+    """keeps_mappings()
+
+    Whether this process keeps a mapping of another process's segment for
+    the next block of it, which `release_idle_mappings` is to drop once idle.
+    """
+    return bool(_recent) or bool(_recent_large)
 
 
 def forget_exited_peers():
@@ -122,7 +137,7 @@ def forget_exited_peers():
     back to the system. A block of such a segment that comes again, through
     another process, is mapped anew.
     """
-    for key, (mapping, pid) in list(_recent.items()):
+    for key, (mapping, pid, used) in list(_recent.items()):
         if pid != current_pid() and not _alive(pid):
             _recent.pop(key, None)
 
@@ -286,18 +301,23 @@ cdef Block _open(object ref, int fd):
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(fd, r.arena_id, r.segment_id))
         else:
             m = _mapped(r.arena_id, r.segment_id, attach_arena_segment(r.pid, r.fd, r.arena_id, r.segment_id))
+    key = r.arena_id, r.segment_id
     if m.seg.get().size() <= _RECENT_BYTES:
-        _recent[r.arena_id, r.segment_id] = m, r.pid
-        _recent.move_to_end((r.arena_id, r.segment_id))
+        kept = _recent.pop(key, None)
+        _recent[key] = m, r.pid, time.monotonic()
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
     elif _keep_large:
-        _recent_large[r.arena_id, r.segment_id] = m, time.monotonic()
-        _recent_large.move_to_end((r.arena_id, r.segment_id))
+        kept = _recent_large.pop(key, None)
+        _recent_large[key] = m, time.monotonic()
         while len(_recent_large) > 1 and (len(_recent_large) > _RECENT or _large_bytes() > _RECENT_LARGE_BYTES):
             _recent_large.popitem(last=False)
+    else:
+        kept = True
     cdef Block block = Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
     block.held = note_held(r.arena_id, r.segment_id, r.offset)
+    if kept is None:   # once the block is made: an interrupt in the thread's start loses nothing
+        _watch_idle()
     return block
 
 
@@ -674,11 +694,12 @@ def default_arena():
 
 
 cdef _watch_idle():
-    """Have the default arena's segments given back once they have held nothing for a second.
+    """Have the default arena's segments, and kept mappings, given back once unused for a second.
 
     An allocation does not fail for want of the thread (none can start as
     the interpreter exits, or with the process at its limit of threads):
-    the segment then goes back with the next one's, or at a pool's shutdown.
+    the segment then goes back with the next one's, or at a pool's shutdown,
+    and a mapping with the next one's, or once its sharer has exited.
     """
     if sys.is_finalizing():
         return

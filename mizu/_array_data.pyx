@@ -10,7 +10,7 @@ import threading
 import time
 
 from mizu import _arena
-from mizu._arena import _ndarray_type, _span, release_idle_mappings
+from mizu._arena import _ndarray_type, _span, keeps_mappings, release_idle_mappings
 
 __all__ = ["ARRAY_THRESHOLD", "IDLE_MEMORY_SECONDS", "install_array_handler", "array_arena", "release_idle_memory",
            "watch_idle_memory", "born_block", "is_born"]
@@ -112,7 +112,8 @@ def watch_idle_memory(forever=False):
 
     Have the thread ``mizu-idle-memory`` run `release_idle_memory`
     (`IDLE_MEMORY_SECONDS`) once every `IDLE_MEMORY_SECONDS`, until this
-    process's arenas are down to their first segment each; with `forever`,
+    process's arenas are down to their first segment each and it keeps no
+    mapping of another process's segment; with `forever`,
     for as long as the process lives (a worker's arrays take segments
     through numpy, not through `Arena.alloc`, which calls this).
 
@@ -153,7 +154,8 @@ def _watch():
             with _watch_lock:
                 _poked = False
             release_idle_memory(IDLE_MEMORY_SECONDS)
-            busy = _watch_forever or _beyond_first(_arena._default) or _beyond_first(array_arena())
+            busy = (_watch_forever or _beyond_first(_arena._default) or _beyond_first(array_arena())
+                    or keeps_mappings())
             with _watch_lock:
                 if not busy and not _poked:
                     _watcher = None

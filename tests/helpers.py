@@ -402,6 +402,13 @@ def memfds_of(pid):
     return found
 
 
+def memfds_made(pids, make):
+    """make()'s value, and the mizu memfds that the processes pids hold after make() but did not before."""
+    before = set().union(*map(memfds_of, pids))
+    value = make()
+    return value, set().union(*map(memfds_of, pids)) - before
+
+
 def memfd_holders(memfds):
     """The processes, anywhere on the machine, that still hold one of memfds."""
     holders = set()
