@@ -22,7 +22,7 @@ import pytest
 
 import children
 import mizu
-from helpers import insights_all_up, shm_entries
+from helpers import insights_all_up, memfds_made, memfds_of, shm_entries, wait_until
 from mizu._messages import BATCH, FLAT, SINGLE
 from mizu._r import package as rpackage
 from rsession import r_environment, r_oracle
@@ -76,6 +76,33 @@ def test_a_result_in_shared_memory_of_any_size_comes_back(r, r_library):
     got = r.submit("function(n) { set.seed(7); rnorm(n) }", 3_000_000).result()
     assert got.shape == (3_000_000,) and mizu.arena_block(got) is not None
     assert np.array_equal(got, r_oracle(r_library, "set.seed(7); rnorm(3e6)"))
+
+
+@pytest.mark.parametrize("made_in", ["client", "worker"])
+def test_a_dropped_array_s_memory_leaves_every_process_of_a_running_pool(r_library, made_in):
+    """48 MiB of doubles passed to a call, or returned by one, are held nowhere a few seconds after the client drops
+    them: the R worker lets go of its view of an argument, of its mapping, and of its result's segment."""
+    n = 6 << 20
+
+    def exchange():
+        if made_in == "client":
+            data = mizu.zeros(n)
+            data[:] = 1
+            assert pool.submit("sum", data).result(timeout=60) == n
+        else:
+            data = pool.submit("function(n) rep(1, n)", n).result(timeout=60)
+            assert data.sum() == n
+        return data
+
+    with mizu.RExecutor(1) as pool:
+        pids = [os.getpid(), pool.submit("Sys.getpid").result(timeout=60)]
+        # Each arena keeps its first segment for the next arrays: made here.
+        assert pool.submit("sum", mizu.full(1 << 17, 1.0)).result(timeout=60) == 1 << 17
+        assert pool.submit("function(n) rep(1, n)", 1 << 17).result(timeout=60).sum() == 1 << 17
+        data, taken = memfds_made(pids, exchange)
+        assert taken and all(taken & memfds_of(pid) for pid in pids)
+        del data
+        wait_until(lambda: not any(taken & memfds_of(pid) for pid in pids), 10, "the array's segment given back")
 
 
 def test_map_gives_what_rscript_gives_in_order(r, r_library):

@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <utility>
 
+#include "spin.hpp"
+
 namespace mizu::r {
 
 namespace {
@@ -29,17 +31,32 @@ std::map<SegmentKey, std::weak_ptr<Segment>>& segment_cache() {
 // The last few ordinary segments opened here stay mapped after their
 // blocks are gone, as in mizu's Python modules: block after block from
 // one segment then costs one mmap, not one per block. A segment made for
-// one large block goes with that block.
+// one large block goes with that block; a kept one goes once no block of
+// it was opened for a while (release_idle_segments), so that the memory
+// its owner gave back is not held here.
 constexpr std::size_t kRecentSegments = 8;
 
-void keep_recent(const std::shared_ptr<Segment>& seg) {
-    static auto* recent = new std::deque<std::shared_ptr<Segment>>;
-    if (seg->size() > 2 * ArenaOptions{}.segment_size) return;
-    auto found = std::find(recent->begin(), recent->end(), seg);
-    if (found != recent->end()) recent->erase(found);
-    recent->push_back(seg);
-    if (recent->size() > kRecentSegments) recent->pop_front();
+struct Recent {
+    std::shared_ptr<Segment> seg;
+    int64_t used_ns;  // when a block of it was last opened (now_ns)
+};
+
+std::deque<Recent>& recent_segments() {
+    static auto* recent = new std::deque<Recent>;
+    return *recent;
 }
+
+void keep_recent(const std::shared_ptr<Segment>& seg) {
+    auto& recent = recent_segments();
+    if (seg->size() > 2 * ArenaOptions{}.segment_size) return;
+    auto found = std::find_if(recent.begin(), recent.end(), [&](const Recent& r) { return r.seg == seg; });
+    if (found != recent.end()) recent.erase(found);
+    recent.push_back({seg, now_ns()});
+    if (recent.size() > kRecentSegments) recent.pop_front();
+}
+
+// BlockHolds alive in this process; R's thread makes and drops them all.
+std::size_t holds = 0;
 
 std::string hex(uint64_t v) {
     char buf[19];
@@ -53,6 +70,13 @@ std::size_t page_size() noexcept {
 }
 
 }  // namespace
+
+void release_idle_segments(int64_t idle_ns) {
+    auto& recent = recent_segments();
+    const int64_t cutoff = now_ns() - idle_ns;
+    recent.erase(std::remove_if(recent.begin(), recent.end(), [&](const Recent& r) { return r.used_ns <= cutoff; }),
+                 recent.end());
+}
 
 std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd) {
     auto& cache = segment_cache();
@@ -78,12 +102,17 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
     : segment_(attached_segment(block, fd)),
       block_(block),
       data_(block_data(*segment_, block.offset, block.length, block.generation)),
-      held_(note_held(block.arena_id, block.segment_id, block.offset)) {}
+      held_(note_held(block.arena_id, block.segment_id, block.offset)) {
+    ++holds;
+}
 
 BlockHold::~BlockHold() {
+    --holds;
     if (held_) unhold(held_);
     release_block(segment_->base(), block_.offset);
 }
+
+std::size_t blocks_held() noexcept { return holds; }
 
 MappedBlock::MappedBlock(const BlockSource& source)
     : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {

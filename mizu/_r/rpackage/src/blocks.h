@@ -6,6 +6,7 @@
 // (see unwind.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -43,6 +44,14 @@ protected:
 // it is held here: from `fd` (which stays the caller's) if it is not -1,
 // else through the sharer's /proc/<pid>/fd/<fd>.
 std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd);
+
+// Drops the mappings attached_segment keeps of segments no block was
+// opened from for idle_ns, once their blocks here are gone too.
+void release_idle_segments(int64_t idle_ns);
+
+// How many BlockHolds this process has alive: references to blocks that
+// their owners cannot reuse until they are dropped.
+std::size_t blocks_held() noexcept;
 
 // One adopted reference to a block, dropped when destroyed: the last
 // reference dropped anywhere returns the block to its owner.

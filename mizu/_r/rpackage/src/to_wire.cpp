@@ -733,10 +733,21 @@ void OutgoingBlocks::share(const MappedBlock& view, uint32_t& buffer) {
     held_.push_back(std::move(seg));
 }
 
+namespace {
+
+// Never destroyed: blocks may outlive any static, in other processes.
+// Only R's thread makes and uses it.
+Arena* made_arena = nullptr;
+
+}  // namespace
+
 Arena& worker_arena() {
-    // Never destroyed: blocks may outlive any static, in other processes.
-    static Arena* arena = new Arena(ArenaOptions{});
-    return *arena;
+    if (made_arena == nullptr) made_arena = new Arena(ArenaOptions{});
+    return *made_arena;
+}
+
+void release_idle_arena(uint64_t idle_ns) {
+    if (made_arena != nullptr) made_arena->release_idle(idle_ns);
 }
 
 void encode_message(SEXP value, wire::Writer& w, OutgoingBlocks& out, const EncodeOptions& options) {

@@ -76,6 +76,10 @@ struct EncodeOptions {
 // This process's arena for large results, created on first use.
 Arena& worker_arena();
 
+// Gives back the segments of worker_arena(), if it was made, that have
+// held no block for idle_ns (Arena::release_idle).
+void release_idle_arena(uint64_t idle_ns);
+
 // Writes `value` to w as one wire message (begin_message() included),
 // placing large arrays in worker_arena() and recording their blocks in `out`.
 // Throws std::invalid_argument naming the class of a part that has no wire

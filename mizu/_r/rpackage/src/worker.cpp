@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "any_ring.hpp"
+#include "blocks.h"
 #include "evaluate.h"
 #include "liveness.hpp"
 #include "messages.hpp"
@@ -52,6 +53,21 @@ void keep_freed_memory() {
     mallopt(M_MMAP_THRESHOLD, kHeapBlockMax);
     mallopt(M_TRIM_THRESHOLD, kHeapKeepMax);
 #endif
+}
+
+// The mappings of the client's segments kept for the next task's blocks
+// (attached_segment), and the worker's arena segments that results have
+// left empty, go back once they have gone this long unused, as in a Python
+// worker (mizu._array_data.IDLE_MEMORY_SECONDS).
+constexpr int64_t kIdleMemoryNs = 1000000000;
+
+// A collection, once a worker waits after tasks: the views of the client's
+// blocks that its last calls were given are garbage now, and until R's
+// collector runs (at its own pace, on later allocations) each keeps its
+// block from going back to the client. R_gc runs pending finalizers too;
+// R_ToplevelExec keeps any jump of theirs out of the loop's frames.
+void collect_garbage() {
+    R_ToplevelExec([](void*) { R_gc(); }, nullptr);
 }
 
 // Gives the memory kept since the last trim back once.
@@ -190,7 +206,11 @@ private:
         l.drop = [](void* self) { return static_cast<Worker*>(self)->drop(); };
         l.run = [](void* self, WorkerLoop&) { return static_cast<Worker*>(self)->run_prepared(); };
         l.idle = [](void* self) {
-            give_back_memory(static_cast<Worker*>(self)->memory_kept_);
+            bool& kept = static_cast<Worker*>(self)->memory_kept_;
+            if (kept && blocks_held() != 0) collect_garbage();
+            give_back_memory(kept);
+            release_idle_segments(kIdleMemoryNs);
+            release_idle_arena(kIdleMemoryNs);
             return true;
         };
         return l;
