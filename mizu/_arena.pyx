@@ -353,17 +353,21 @@ def release_held(_Ring ring):
     cdef HeldTable* table = &ring.ring.get().base().layout().held
     cdef HeldSlot* slot
     cdef Arena own = _default
+    cdef shared_ptr[CArena] arena
     cdef shared_ptr[CSegment] seg
     cdef _Mapping m
     cdef size_t i
     cdef int n = 0
+    if own is not None:
+        arena = own.arena
     for i in range(kHeldSlots):
         slot = &table.slots[i]
         if not take_held(slot[0]):
             continue
         seg.reset()
-        if own is not None and own.arena_id == slot.arena_id and own.arena.get() != NULL:
-            seg = own.arena.get().segment(slot.segment_id)
+        if arena.get() != NULL and own.arena_id == slot.arena_id:
+            with nogil:   # as in _forget_retired
+                seg = arena.get().segment(slot.segment_id)
         else:
             m = _mappings.get((slot.arena_id, slot.segment_id))
             if m is not None:
@@ -547,7 +551,12 @@ cdef class Arena:
         int
             The number of blocks reclaimed.
         """
-        return self._live().drain()
+        self._live()
+        cdef shared_ptr[CArena] arena = self.arena
+        cdef size_t n
+        with nogil:   # as in _forget_retired
+            n = arena.get().drain()
+        return n
 
     def release_idle(self, seconds):
         """release_idle(seconds)
