@@ -498,13 +498,21 @@ cdef class Arena:
             a = arena.get().alloc(n)
         cdef _Mapping m = self.segments.get(a.segment_id)
         cdef bint new_segment = m is None
-        if new_segment:
-            # A new segment: the arena may have retired others to make room.
-            self._forget_retired(arena.get())
-            m = self._mapping(arena.get(), a.segment_id)
-            if not a.dedicated and self.arena.get() != NULL:
-                self.segments[a.segment_id] = m
-        block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+        cdef shared_ptr[CSegment] seg
+        try:
+            if new_segment:
+                # A new segment: the arena may have retired others to make room.
+                self._forget_retired(arena.get())
+                m = self._mapping(arena.get(), a.segment_id)
+                if not a.dedicated and self.arena.get() != NULL:
+                    self.segments[a.segment_id] = m
+            block = Block.adopt(m, self.arena_id, a.segment_id, a.offset, n, a.generation)
+        except BaseException:   # an interrupt, or no memory for the mapping's objects: the block goes back
+            with nogil:
+                seg = arena.get().segment(a.segment_id)
+                if seg.get() != NULL:
+                    release_block(seg.get().base(), a.offset)
+            raise
         # Segment ids are never reused: 0 is the one made with the arena.
         if new_segment and self is _default and (a.dedicated or a.segment_id != 0):
             _watch_idle()

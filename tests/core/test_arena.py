@@ -224,6 +224,28 @@ def test_exhaustion_is_a_clear_memory_error_and_the_arena_recovers():
     assert_empty(arena)
 
 
+def test_an_interrupt_while_a_new_segment_is_mapped_leaks_no_block(monkeypatch):
+    """A Ctrl-C that lands between the allocation and its Block (in the Python code that notes the new segment's
+    mapping) gives the block back."""
+
+    class Interrupted(type(_arena._mappings)):
+        def __setitem__(self, key, value):
+            raise KeyboardInterrupt
+
+    arena = _arena.Arena(segment_size=1 << 16, limit=1 << 22)
+    monkeypatch.setattr(_arena, "_mappings", Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        arena.alloc(1 << 20)   # a segment of its own, mapped here for the first time
+    monkeypatch.undo()
+    assert_empty(arena)
+    block = arena.alloc(1 << 20)
+    arena_fill(block, 3)
+    assert arena_intact(block, 3)
+    del block
+    assert_empty(arena)
+    arena.close()
+
+
 def test_limit_from_the_environment(monkeypatch):
     monkeypatch.setenv("MIZU_ARENA_LIMIT", "3M")
     assert _arena.Arena(segment_size=1 << 20).limit == 3 << 20
