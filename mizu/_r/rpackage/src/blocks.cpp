@@ -55,8 +55,8 @@ void keep_recent(const std::shared_ptr<Segment>& seg) {
     if (recent.size() > kRecentSegments) recent.pop_front();
 }
 
-// BlockHolds alive in this process; R's thread makes and drops them all.
-std::size_t holds = 0;
+// R's thread makes and drops every BlockHold.
+HoldCounts holds;
 
 std::string hex(uint64_t v) {
     char buf[19];
@@ -103,16 +103,17 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
       block_(block),
       data_(block_data(*segment_, block.offset, block.length, block.generation)),
       held_(note_held(block.arena_id, block.segment_id, block.offset)) {
-    ++holds;
+    ++holds.alive;
+    ++holds.made;
 }
 
 BlockHold::~BlockHold() {
-    --holds;
+    --holds.alive;
     if (held_) unhold(held_);
     release_block(segment_->base(), block_.offset);
 }
 
-std::size_t blocks_held() noexcept { return holds; }
+HoldCounts block_holds() noexcept { return holds; }
 
 MappedBlock::MappedBlock(const BlockSource& source)
     : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {

@@ -49,9 +49,13 @@ std::shared_ptr<Segment> attached_segment(const BlockRef& block, int fd);
 // opened from for idle_ns, once their blocks here are gone too.
 void release_idle_segments(int64_t idle_ns);
 
-// How many BlockHolds this process has alive: references to blocks that
-// their owners cannot reuse until they are dropped.
-std::size_t blocks_held() noexcept;
+// The BlockHolds of this process: references to blocks that their owners
+// cannot reuse until they are dropped.
+struct HoldCounts {
+    std::size_t alive = 0;
+    uint64_t made = 0;  // ever
+};
+HoldCounts block_holds() noexcept;
 
 // One adopted reference to a block, dropped when destroyed: the last
 // reference dropped anywhere returns the block to its owner.

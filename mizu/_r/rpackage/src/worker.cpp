@@ -61,11 +61,12 @@ void keep_freed_memory() {
 // worker (mizu._array_data.IDLE_MEMORY_SECONDS).
 constexpr int64_t kIdleMemoryNs = 1000000000;
 
-// A collection, once a worker waits after tasks: the views of the client's
-// blocks that its last calls were given are garbage now, and until R's
-// collector runs (at its own pace, on later allocations) each keeps its
-// block from going back to the client. R_gc runs pending finalizers too;
-// R_ToplevelExec keeps any jump of theirs out of the loop's frames.
+// A collection, once a worker waits after tasks that adopted blocks: the
+// views of the client's blocks that its last calls were given are garbage
+// now, and until R's collector runs (at its own pace, on later
+// allocations) each keeps its block from going back to the client. R_gc
+// runs pending finalizers too; R_ToplevelExec keeps any jump of theirs out
+// of the loop's frames.
 void collect_garbage() {
     R_ToplevelExec([](void*) { R_gc(); }, nullptr);
 }
@@ -206,9 +207,9 @@ private:
         l.drop = [](void* self) { return static_cast<Worker*>(self)->drop(); };
         l.run = [](void* self, WorkerLoop&) { return static_cast<Worker*>(self)->run_prepared(); };
         l.idle = [](void* self) {
-            bool& kept = static_cast<Worker*>(self)->memory_kept_;
-            if (kept && blocks_held() != 0) collect_garbage();
-            give_back_memory(kept);
+            auto* worker = static_cast<Worker*>(self);
+            worker->collect_after_calls();
+            give_back_memory(worker->memory_kept_);
             release_idle_segments(kIdleMemoryNs);
             release_idle_arena(kIdleMemoryNs);
             return true;
@@ -257,9 +258,20 @@ private:
         return true;
     }
 
+    // Runs R's collector once the worker waits between tasks, if a call it
+    // has let go of adopted block references and some are still alive.
+    void collect_after_calls() {
+        if (!collect_pending_ || loop_.running()) return;
+        collect_pending_ = false;
+        if (block_holds().alive != 0) collect_garbage();
+    }
+
     void forget_call() {
         call_ = R_NilValue;
         REPROTECT(R_NilValue, call_index_);
+        uint64_t made = block_holds().made;
+        if (made != holds_made_seen_) collect_pending_ = true;
+        holds_made_seen_ = made;
     }
 
     // Runs the task prepared last, claimed; an R error in it fails it
@@ -579,6 +591,8 @@ private:
     PROTECT_INDEX call_index_ = 0;
     std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
+    uint64_t holds_made_seen_ = 0;  // block_holds().made when forget_call last looked
+    bool collect_pending_ = false;  // a call let go of since then adopted blocks (collect_after_calls)
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
 };
 
