@@ -112,12 +112,14 @@ def release_idle_mappings(seconds):
     opened from for `seconds` or more.
     """
     cutoff = time.monotonic() - seconds
-    for key, (mapping, used) in list(_recent_large.items()):
-        if used <= cutoff:
-            _recent_large.pop(key, None)
-    for key, (mapping, pid, used) in list(_recent.items()):
-        if used <= cutoff:
-            _recent.pop(key, None)
+    for kept in (_recent_large, _recent):
+        for key in list(kept):
+            # Looked up afresh at each key: dropping a mapping may run
+            # Python code (a weak reference's callback), and another thread
+            # may open a block of the next segment meanwhile.
+            entry = kept.get(key)
+            if entry is not None and entry[-1] <= cutoff:
+                kept.pop(key, None)
 
 
 def keeps_mappings():

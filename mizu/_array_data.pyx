@@ -78,7 +78,7 @@ def release_idle_memory(seconds):
 
     Give back the segments of this process's arenas (the default one and
     `array_arena`) that have held no block for `seconds`, and drop the
-    kept mappings of other processes' large segments unused as long
+    kept mappings of other processes' segments unused as long
     (`release_idle_mappings`).
     """
     for arena in (_arena._default, array_arena()):

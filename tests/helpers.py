@@ -174,12 +174,13 @@ def wait_until_blocked(pid, timeout=60, settle=0.05):
         time.sleep(0.002)
 
 
-def wait_until(condition, timeout, what):
-    """Return once condition() is true; fails after timeout seconds, saying what never came."""
+def wait_until(condition, timeout, what, interval=0.002):
+    """Return once condition() is true, asked every interval seconds; fails after timeout seconds, saying what never
+    came."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what} never came"
-        time.sleep(0.002)
+        time.sleep(interval)
 
 
 def announced_pid(path, timeout=60):
