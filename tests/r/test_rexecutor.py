@@ -105,6 +105,21 @@ def test_a_dropped_array_s_memory_leaves_every_process_of_a_running_pool(r_libra
         wait_until(lambda: not memfd_holders(taken), 10, "the array's segment given back", interval=0.05)
 
 
+def test_new_large_arrays_call_after_call_do_not_fill_the_arena(r_library, monkeypatch):
+    """Thirty calls, each given a new 40 MB array that the client drops once it has the sum: 1.2 GB passed through an
+    arena of 512 MB, as the views of finished calls give their blocks back."""
+    small = mizu._arena.Arena(limit=512 << 20)
+    monkeypatch.setattr(mizu._arena, "_default", small)
+    n = 5 << 20
+    with mizu.RExecutor(1) as pool:
+        for i in range(30):
+            data = mizu.full(n, float(i))
+            assert pool.submit("sum", data).result(timeout=60) == n * i
+            del data
+    monkeypatch.undo()
+    small.close()
+
+
 def test_map_gives_what_rscript_gives_in_order(r, r_library):
     data = _rng().standard_normal((100, 60))
     want = r_oracle(r_library, "apply(x1, 2, function(x) sum(sqrt(abs(x))))", data).tolist()

@@ -6,10 +6,12 @@
 #include <deque>
 #include <fcntl.h>
 #include <map>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <sys/mman.h>
 #include <system_error>
+#include <tuple>
 #include <unistd.h>
 #include <utility>
 
@@ -58,6 +60,14 @@ void keep_recent(const std::shared_ptr<Segment>& seg) {
 // R's thread makes and drops every BlockHold.
 HoldCounts holds;
 
+// How many BlockHolds hold each block (arena id, segment id, offset): a
+// block held twice pins its bytes once.
+using BlockKey = std::tuple<uint64_t, uint32_t, uint64_t>;
+std::map<BlockKey, std::size_t>& holds_per_block() {
+    static auto* counts = new std::map<BlockKey, std::size_t>;
+    return *counts;
+}
+
 std::string hex(uint64_t v) {
     char buf[19];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -102,13 +112,27 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
     : segment_(attached_segment(block, fd)),
       block_(block),
       data_(block_data(*segment_, block.offset, block.length, block.generation)),
-      held_(note_held(block.arena_id, block.segment_id, block.offset)) {
+      held_(note_held(block.arena_id, block.segment_id, block.offset)),
+      counted_(false) {
     ++holds.alive;
-    ++holds.made;
+    holds.bytes_made += block.length;
+    try {
+        if (holds_per_block()[{block.arena_id, block.segment_id, block.offset}]++ == 0) holds.pinned += block.length;
+        counted_ = true;
+    } catch (const std::bad_alloc&) {
+        // Uncounted, the block looks pinned by nothing: R collects later.
+    }
 }
 
 BlockHold::~BlockHold() {
     --holds.alive;
+    if (counted_) {
+        auto found = holds_per_block().find({block_.arena_id, block_.segment_id, block_.offset});
+        if (--found->second == 0) {
+            holds_per_block().erase(found);
+            holds.pinned -= block_.length;
+        }
+    }
     if (held_) unhold(held_);
     release_block(segment_->base(), block_.offset);
 }

@@ -53,7 +53,8 @@ void release_idle_segments(int64_t idle_ns);
 // cannot reuse until they are dropped.
 struct HoldCounts {
     std::size_t alive = 0;
-    uint64_t made = 0;  // ever
+    uint64_t pinned = 0;      // the bytes of the distinct blocks they hold
+    uint64_t bytes_made = 0;  // the blocks' bytes, of every BlockHold ever made
 };
 HoldCounts block_holds() noexcept;
 
@@ -81,6 +82,7 @@ private:
     BlockRef block_;
     const char* data_;
     uint32_t held_;  // its note in the worker's table of held references (note_held), or 0
+    bool counted_;   // in block_holds().pinned (false only if there was no memory to count it)
 };
 
 // The pages holding some bytes of a block, mapped MAP_PRIVATE and writable

@@ -12,6 +12,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -70,6 +71,15 @@ constexpr int64_t kIdleMemoryNs = 1000000000;
 void collect_garbage() {
     R_ToplevelExec([](void*) { R_gc(); }, nullptr);
 }
+
+// R's collector runs on a schedule reckoned by R's own heap, in which a
+// view of a block of any size is small: a worker given new large arrays
+// call after call would hold every one until the client's arena ran out.
+// Once its views pin this many bytes of distinct blocks, it collects as
+// soon as a call ends. A full collection takes milliseconds even of a
+// fresh session's heap; the same array passed call after call pins its
+// bytes once, and so costs none.
+constexpr uint64_t kCollectAtPinned = uint64_t(64) << 20;
 
 // Gives the memory kept since the last trim back once.
 void give_back_memory(bool& kept) {
@@ -263,15 +273,24 @@ private:
     void collect_after_calls() {
         if (!collect_pending_ || loop_.running()) return;
         collect_pending_ = false;
-        if (block_holds().alive != 0) collect_garbage();
+        if (block_holds().alive != 0) collect_now();
+    }
+
+    void collect_now() {
+        collect_pending_ = false;
+        collect_garbage();
+        // What the collection left pinned is held on purpose: the next one
+        // waits for as much again, or kCollectAtPinned.
+        collect_at_pinned_ = std::max(kCollectAtPinned, 2 * block_holds().pinned);
     }
 
     void forget_call() {
         call_ = R_NilValue;
         REPROTECT(R_NilValue, call_index_);
-        uint64_t made = block_holds().made;
-        if (made != holds_made_seen_) collect_pending_ = true;
-        holds_made_seen_ = made;
+        HoldCounts holds = block_holds();
+        if (holds.bytes_made != bytes_seen_) collect_pending_ = true;
+        bytes_seen_ = holds.bytes_made;
+        if (holds.pinned >= collect_at_pinned_) collect_now();
     }
 
     // Runs the task prepared last, claimed; an R error in it fails it
@@ -591,8 +610,9 @@ private:
     PROTECT_INDEX call_index_ = 0;
     std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
-    uint64_t holds_made_seen_ = 0;  // block_holds().made when forget_call last looked
-    bool collect_pending_ = false;  // a call let go of since then adopted blocks (collect_after_calls)
+    uint64_t bytes_seen_ = 0;                        // block_holds().bytes_made when forget_call last looked
+    uint64_t collect_at_pinned_ = kCollectAtPinned;  // forget_call collects once block_holds().pinned reaches it
+    bool collect_pending_ = false;      // a call let go of since then adopted blocks (collect_after_calls)
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
 };
 
