@@ -120,6 +120,20 @@ def test_new_large_arrays_call_after_call_do_not_fill_the_arena(r_library, monke
     small.close()
 
 
+def test_a_forked_child_of_a_worker_gives_back_none_of_its_views(r_library):
+    """A child that parallel::mcparallel forks inherits the worker's view of the client's array: its collection
+    releases none of the block, so the block is not handed out again while the client holds it."""
+    with mizu.RExecutor(1) as pool:
+        kept = mizu.full(1 << 20, 1.0)
+        assert pool.submit("sum", kept).result(timeout=60) == 1 << 20
+        forked = "function() { p <- parallel::mcparallel({ gc(); 1 }); parallel::mccollect(p)[[1]] }"
+        assert pool.submit(forked).result(timeout=60) == 1
+        assert pool.submit("function() { gc(); 1 }").result(timeout=60) == 1   # the worker's own release
+        fresh = mizu.full(1 << 20, 2.0)
+        assert not np.shares_memory(kept, fresh)
+        assert (kept == 1.0).all() and (fresh == 2.0).all()
+
+
 def test_map_gives_what_rscript_gives_in_order(r, r_library):
     data = _rng().standard_normal((100, 60))
     want = r_oracle(r_library, "apply(x1, 2, function(x) sum(sqrt(abs(x))))", data).tolist()

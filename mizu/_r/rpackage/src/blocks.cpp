@@ -60,11 +60,15 @@ void keep_recent(const std::shared_ptr<Segment>& seg) {
 // R's thread makes and drops every BlockHold.
 HoldCounts holds;
 
-// How many BlockHolds hold each block (arena id, segment id, offset): a
-// block held twice pins its bytes once.
+// How many BlockHolds hold each block (arena id, segment id, offset), and
+// the bytes the first counted: a block held twice pins its bytes once.
 using BlockKey = std::tuple<uint64_t, uint32_t, uint64_t>;
-std::map<BlockKey, std::size_t>& holds_per_block() {
-    static auto* counts = new std::map<BlockKey, std::size_t>;
+struct Pin {
+    std::size_t holds = 0;
+    uint64_t bytes = 0;
+};
+std::map<BlockKey, Pin>& pins() {
+    static auto* counts = new std::map<BlockKey, Pin>;
     return *counts;
 }
 
@@ -113,11 +117,16 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
       block_(block),
       data_(block_data(*segment_, block.offset, block.length, block.generation)),
       held_(note_held(block.arena_id, block.segment_id, block.offset)),
+      pid_(current_pid()),
       counted_(false) {
     ++holds.alive;
     holds.bytes_made += block.length;
     try {
-        if (holds_per_block()[{block.arena_id, block.segment_id, block.offset}]++ == 0) holds.pinned += block.length;
+        Pin& pin = pins()[{block.arena_id, block.segment_id, block.offset}];
+        if (pin.holds++ == 0) {
+            pin.bytes = block.length;
+            holds.pinned += pin.bytes;
+        }
         counted_ = true;
     } catch (const std::bad_alloc&) {
         // Uncounted, the block looks pinned by nothing: R collects later.
@@ -125,12 +134,15 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
 }
 
 BlockHold::~BlockHold() {
+    // A forked child (parallel::mcparallel) inherits the parent's holds but
+    // none of their references: the parent releases them.
+    if (pid_ != current_pid()) return;
     --holds.alive;
     if (counted_) {
-        auto found = holds_per_block().find({block_.arena_id, block_.segment_id, block_.offset});
-        if (--found->second == 0) {
-            holds_per_block().erase(found);
-            holds.pinned -= block_.length;
+        auto found = pins().find({block_.arena_id, block_.segment_id, block_.offset});
+        if (found != pins().end() && --found->second.holds == 0) {
+            holds.pinned -= found->second.bytes;
+            pins().erase(found);
         }
     }
     if (held_) unhold(held_);

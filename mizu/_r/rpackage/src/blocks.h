@@ -82,6 +82,7 @@ private:
     BlockRef block_;
     const char* data_;
     uint32_t held_;  // its note in the worker's table of held references (note_held), or 0
+    int pid_;        // the process that adopted the reference
     bool counted_;   // in block_holds().pinned (false only if there was no memory to count it)
 };
 
