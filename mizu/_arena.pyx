@@ -316,10 +316,15 @@ cdef Block _open(object ref, int fd):
             _recent_large.popitem(last=False)
     else:
         kept = True
-    cdef Block block = Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
-    block.held = note_held(r.arena_id, r.segment_id, r.offset)
-    if kept is None:   # once the block is made: an interrupt in the thread's start loses nothing
-        _watch_idle()
+    cdef Block block
+    try:
+        block = Block.adopt(m, r.arena_id, r.segment_id, r.offset, r.length, r.generation)
+        block.held = note_held(r.arena_id, r.segment_id, r.offset)
+    finally:
+        # Once the block is made, if it can be (an interrupt in the thread's
+        # start then loses nothing), and for the mapping kept even if not.
+        if kept is None:
+            _watch_idle()
     return block
 
 

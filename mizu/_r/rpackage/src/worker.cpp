@@ -12,7 +12,6 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -27,6 +26,7 @@
 #include "liveness.hpp"
 #include "messages.hpp"
 #include "segment.hpp"
+#include "spin.hpp"
 #include "unwind.h"
 #include "values.h"
 #include "worker_loop.hpp"
@@ -75,10 +75,10 @@ void collect_garbage() {
 // R's collector runs on a schedule reckoned by R's own heap, in which a
 // view of a block of any size is small: a worker given new large arrays
 // call after call would hold every one until the client's arena ran out.
-// Once its views pin this many bytes of distinct blocks, it collects as
-// soon as a call ends. A full collection takes milliseconds even of a
-// fresh session's heap; the same array passed call after call pins its
-// bytes once, and so costs none.
+// Once its views pin this many bytes of distinct blocks more than its last
+// collection left, it collects as soon as a call ends. A full collection
+// takes milliseconds even of a fresh session's heap; the same array passed
+// call after call pins its bytes once, and so costs none.
 constexpr uint64_t kCollectAtPinned = uint64_t(64) << 20;
 
 // Gives the memory kept since the last trim back once.
@@ -268,10 +268,11 @@ private:
         return true;
     }
 
-    // Runs R's collector once the worker waits between tasks, if a call it
-    // has let go of adopted block references and some are still alive.
+    // Runs R's collector once the worker has waited kIdleMemoryNs between
+    // tasks, if a call it has let go of since adopted block references and
+    // some are still alive.
     void collect_after_calls() {
-        if (!collect_pending_ || loop_.running()) return;
+        if (!collect_pending_ || loop_.running() || now_ns() - call_forgotten_ns_ < kIdleMemoryNs) return;
         collect_pending_ = false;
         if (block_holds().alive != 0) collect_now();
     }
@@ -280,15 +281,18 @@ private:
         collect_pending_ = false;
         collect_garbage();
         // What the collection left pinned is held on purpose: the next one
-        // waits for as much again, or kCollectAtPinned.
-        collect_at_pinned_ = std::max(kCollectAtPinned, 2 * block_holds().pinned);
+        // waits for kCollectAtPinned more.
+        collect_at_pinned_ = block_holds().pinned + kCollectAtPinned;
     }
 
     void forget_call() {
         call_ = R_NilValue;
         REPROTECT(R_NilValue, call_index_);
         HoldCounts holds = block_holds();
-        if (holds.bytes_made != bytes_seen_) collect_pending_ = true;
+        if (holds.bytes_made != bytes_seen_) {
+            collect_pending_ = true;
+            call_forgotten_ns_ = now_ns();
+        }
         bytes_seen_ = holds.bytes_made;
         if (holds.pinned >= collect_at_pinned_) collect_now();
     }
@@ -613,6 +617,7 @@ private:
     uint64_t bytes_seen_ = 0;                        // block_holds().bytes_made when forget_call last looked
     uint64_t collect_at_pinned_ = kCollectAtPinned;  // forget_call collects once block_holds().pinned reaches it
     bool collect_pending_ = false;      // a call let go of since then adopted blocks (collect_after_calls)
+    int64_t call_forgotten_ns_ = 0;     // when the last such call was let go of (now_ns)
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
 };
 
