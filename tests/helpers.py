@@ -82,6 +82,16 @@ def mapped_segments():
         return sum("memfd:mizu" in line for line in maps)
 
 
+def mappings_of(fd):
+    """How many mappings of the file behind descriptor fd this process has (Linux): those of one segment, whatever
+    other threads map or unmap meanwhile."""
+    st = os.fstat(fd)
+    device, inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino
+    with open("/proc/self/maps") as maps:
+        return sum(fields[3] == device and int(fields[4]) == inode
+                   for fields in (line.split(maxsplit=5) for line in maps) if len(fields) >= 5)
+
+
 # The first statement of a child interpreter that tests send SIGINT: it
 # turns SIGINT into KeyboardInterrupt as Python does in a terminal, also
 # where the tests run with SIGINT ignored (started in a shell's background,

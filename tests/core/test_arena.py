@@ -14,7 +14,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 import core_children
 from core_children import arena_fill, arena_intact
-from helpers import mapped_segments
+from helpers import mapped_segments, mappings_of
 from mizu import _arena
 
 
@@ -420,18 +420,19 @@ def test_segments_the_arena_retires_are_unmapped():
 def test_a_freed_large_block_leaves_its_segment_for_the_next():
     arena = _arena.Arena(segment_size=1 << 20, limit=64 << 20)
     first = arena.alloc(10 << 20)
-    segment_id = first.segment_id
+    segment_id, fd = first.segment_id, os.dup(first.fd)
     del first
     s = arena.stats()
     assert s["spares"] == 1, s
-    mappings = mapped_segments()
+    assert mappings_of(fd) == 1
     for i in range(50):
         block = arena.alloc((10 << 20) - i * 4096)  # fits the spare, however its size wanders
         assert block.segment_id == segment_id
         np.frombuffer(block, np.uint8)[:] = i
         del block
         assert arena.stats() == s
-        assert mapped_segments() == mappings
+        assert mappings_of(fd) == 1   # the spare, not mapped again
+    os.close(fd)
     small = arena.alloc(2 << 20)  # the spare is more than twice its need: a segment of its own
     assert small.segment_id != segment_id
     del small
