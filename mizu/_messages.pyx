@@ -51,6 +51,8 @@ globals().update(BATCH=BATCH, CALL=CALL, CALLABLE=CALLABLE, DECODING=DECODING, E
                  SINGLE=SINGLE, STARTING=STARTING)
 
 INLINE = 4096
+# The most buffers one message's records may hold: OutOfBandHeader.buffers is 16 bits.
+cdef Py_ssize_t _MAX_BUFFERS = 0xFFFF
 
 cdef object _FunctionType = types.FunctionType
 cdef object _BuiltinFunctionType = types.BuiltinFunctionType
@@ -154,10 +156,21 @@ cdef tuple _copy(object raw):
     return block, 0, raw.nbytes
 
 
-def _place(raw):
-    """(block, offset, nbytes) holding the bytes of raw: its own block if it has one this process may share."""
-    found = _shareable(arena_block(raw))
-    return found if found is not None else _copy(raw)
+cdef list _place(list buffers, bint* by_reference):
+    """(block, offset, nbytes) holding the bytes of each buffer: its own block if it has one this process may share.
+
+    by_reference is set if any buffer has one: its writes reach the receiver's only by reference.
+    """
+    placed = []
+    for buffer in buffers:
+        raw = buffer.raw()
+        found = _shareable(arena_block(raw))
+        if found is None:
+            found = _copy(raw)
+        else:
+            by_reference[0] = True
+        placed.append(found)
+    return placed
 
 
 cdef list _place_handed(list buffers):
@@ -194,13 +207,16 @@ cdef list _place_handed(list buffers):
 
 
 cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list placed, int sender, object channel,
-                        bint* gone=NULL):
+                        str strict=None):
     """The message wrapping header and body with the records of the buffers placed, or None.
 
     The blocks' segments' descriptors go to channel first. None, with every
-    reference given back, when they cannot be sent (the peer has exited,
-    or the kernel holds too many descriptors in flight for this user);
-    gone, if given, is set when the peer's end of channel is closed.
+    reference given back, when the records would be too many for the
+    header, or the descriptors cannot be sent (the peer has exited, or the
+    kernel holds too many descriptors in flight for this user). strict, the
+    language of the worker a task goes to, raises instead: ValueError for
+    too many, PeerGone once the worker's process has exited, OSError for
+    the rest.
     """
     cdef OutOfBandHeader oob
     cdef BufferRecord record
@@ -211,8 +227,15 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
         if key not in slot:
             slot[key] = len(slot)
             fds.push_back(block.fd)
-    if fds.size() > kMaxDescriptors or len(placed) > 0xFFFF:
-        return None
+    if fds.size() > kMaxDescriptors or len(placed) > _MAX_BUFFERS:
+        if strict is None:
+            return None
+        if len(placed) > _MAX_BUFFERS:
+            what = f"{len(placed):,} arrays in shared memory, more than the {_MAX_BUFFERS:,}"
+        else:
+            what = f"arrays in {fds.size():,} segments of shared memory, more than the {kMaxDescriptors:,}"
+        raise ValueError(f"a task's arguments hold {what} that one task can pass to a worker: stack them into "
+                         f"fewer arrays, or pass them over several tasks")
     # Every buffer has its place: now take the receiver's references.
     refs = [block.share() for block, _, _ in placed]
     try:
@@ -220,9 +243,12 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
     except OSError as exc:
         for (block, _, _), shared in zip(placed, refs):
             open_block(shared, block.fd)   # adopted and dropped: the reference is given back
-        if gone != NULL:
-            gone[0] = isinstance(exc, ConnectionError)
-        return None
+        if strict is None:
+            return None
+        if isinstance(exc, ConnectionError):
+            raise PeerGone(f"the {strict} worker's process has exited") from None
+        raise OSError(exc.errno, f"the descriptors of a task's arrays could not be sent to its {strict} worker: "
+                                 f"{exc.strerror}") from exc
     oob = out_of_band_header(sender, <uint16_t>fds.size(), <uint16_t>len(placed))
     out = bytearray(sizeof(OutOfBandHeader) + len(placed) * sizeof(BufferRecord) + n + len(body))
     cdef char* p = out
@@ -244,6 +270,8 @@ cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, 
                    list box=None):
     """Header and the pickle of value, its large buffers out of band when channel can take their descriptors.
 
+    When they cannot go out of band, they are copied in band, except a
+    task's buffers that lie in the arena already: as _out_of_band's strict.
     by_value: functions and classes that pickle would name, it pickles by value (mizu._pickler).
     box: a list holding the sender's last reference to the value, in place of value (a worker's result):
     taken out and dropped once pickled, so that the value's arrays born in the arena can go by reference.
@@ -257,13 +285,17 @@ cdef bytes _pickled(const void* header, Py_ssize_t n, object value, int sender, 
     data = _pickle(value, lambda b: _in_band(b) or buffers.append(b), by_value)
     if not buffers:
         return head + data
+    cdef bint by_reference = False
     if box is None:
-        placed = [_place(buffer.raw()) for buffer in buffers]
+        placed = _place(buffers, &by_reference)
     else:
         value = None
         placed = _place_handed(buffers)
     buffers = None
-    message = _out_of_band(header, n, data, placed, sender, channel)
+    # A copy in band would do for the rest; a task's arrays that go by
+    # reference would lose the worker's writes.
+    strict = "Python" if by_reference and (<const uint8_t*>header)[0] == kTask else None
+    message = _out_of_band(header, n, data, placed, sender, channel, strict)
     if message is not None:
         return message
     if value is None:
@@ -295,7 +327,7 @@ cdef class Codec:
         """Header and the body of value: written in w (returning None) if value is plain, else the message.
 
         box: a list holding the sender's last reference to the value, in place of value (see _pickled).
-        Raises what pickling value raises.
+        Raises what pickling value raises, and what _pickled does for a task's arrays in the arena.
         """
         if not encode_plain_into(w, header, n, value if box is None else box[0]):
             return None
@@ -322,20 +354,15 @@ cdef class PeerCodec(Codec):
 
     cdef bytes encode(self, Writer& w, const void* header, Py_ssize_t n, object value, int sender, object channel,
                       list box=None):
-        """Raises TypeError for a part with no wire form, PeerGone if the worker's process has exited before
-        the arrays' descriptors could reach it, OSError if they cannot be sent otherwise."""
-        cdef bint gone = False
+        """Raises TypeError for a part with no wire form, ValueError for more arrays or segments than one
+        message can name, PeerGone if the worker's process has exited before the arrays' descriptors could
+        reach it, OSError if they cannot be sent otherwise."""
         placed = encode_peer_into(w, header, n, value, self.language)
         if not placed:
             return None
         data = PyBytes_FromStringAndSize(w.data() + n, w.size() - n)
         w.clear()
-        message = _out_of_band(header, n, data, placed, sender, channel, &gone)
-        if message is None:
-            if gone:
-                raise PeerGone(f"the {self.language} worker's process has exited")
-            raise OSError(f"the descriptors of a task's arrays could not be sent to its {self.language} worker")
-        return message
+        return _out_of_band(header, n, data, placed, sender, channel, self.language)
 
 
 # The encoders and the decoder as Python functions: for tests, and for a

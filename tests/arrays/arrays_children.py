@@ -148,3 +148,9 @@ def fork_and_churn(n):
             os._exit(status)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), float(inherited[1].sum())
+
+
+def fill_each(parts, value):
+    """Write value into every element of each array of parts."""
+    for part in parts:
+        part[...] = value

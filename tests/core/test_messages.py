@@ -205,6 +205,27 @@ def test_a_peer_s_arrays_for_a_closed_socket_say_its_process_is_gone_and_keep_no
         assert big.base.refs == 1
 
 
+def test_more_arrays_than_a_message_names_go_in_band_unless_a_task_would_lose_its_writes():
+    """A message names at most 65,535 buffers. Past that a result's arrays are copied in band; a task's that lie
+    in the arena are refused, for the worker's writes to them would reach only a copy."""
+    with Link() as link:
+        shared = link.array(65_536, 0)
+        views = [shared[k:k + 1] for k in range(65_536)]
+        message = encode_result(0, 1, OK, 0.0, views, link.sender)
+        kind, fields, got = decode_message(message, link.receiver)
+        assert fields["buffers"] == 0 and [int(v[0]) for v in got] == list(range(65_536))
+        assert not np.shares_memory(got[7], shared)
+        for codec in (None, PeerCodec("R")):
+            with pytest.raises(ValueError, match="hold 65,536 arrays in shared memory, more than the 65,535 that "
+                                                 "one task can pass to a worker: stack them into fewer arrays"):
+                encode_task(1, 1, 0, (views,), link.sender, codec)
+        message = encode_task(1, 1, 0, (views[1:],), link.sender)
+        kind, fields, got = decode_message(message, link.receiver)
+        assert fields["buffers"] == 65_535 and np.shares_memory(got[0][-1], shared)
+        del got
+        assert shared.base.refs == 1
+
+
 def test_descriptors_that_never_came_fail_at_once():
     """The receiver does not block: a sender sends them before its message exists."""
     with Link() as link:
