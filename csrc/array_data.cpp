@@ -28,6 +28,7 @@ void* ArrayData::allocate(std::size_t bytes) noexcept {
     try {
         std::lock_guard<std::mutex> lock(mu_);
         live_.emplace(data, Entry{{a.segment_id, a.offset, bytes, a.generation}, segment});
+        live_bytes_ += bytes;
     } catch (const std::exception&) {
         release_block(segment->base(), a.offset);
         return nullptr;
@@ -44,6 +45,7 @@ bool ArrayData::free(void* ptr) noexcept {
         if (it == live_.end()) return inherited_ != nullptr && inherited_->free(ptr);
         segment = std::move(it->second.segment);
         offset = it->second.where.offset;
+        live_bytes_ -= it->second.where.length;
         live_.erase(it);
     }
     if (current_pid() == pid_) release_block(segment->base(), offset);
@@ -100,6 +102,11 @@ void ArrayData::after_fork_child() noexcept {
 std::size_t ArrayData::live() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
+}
+
+std::size_t ArrayData::live_bytes() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_bytes_;
 }
 
 }  // namespace mizu

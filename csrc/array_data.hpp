@@ -82,6 +82,8 @@ public:
 
     std::size_t threshold() const noexcept { return threshold_; }
     std::size_t live() noexcept;
+    // The bytes asked for of the pointers live here.
+    std::size_t live_bytes() noexcept;
     const std::shared_ptr<Arena>& arena() const noexcept { return arena_; }
 
 private:
@@ -96,6 +98,7 @@ private:
     int pid_;
     std::mutex mu_;
     std::unordered_map<const void*, Entry> live_;
+    std::size_t live_bytes_ = 0;
 };
 
 }  // namespace mizu

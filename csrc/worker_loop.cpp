@@ -71,10 +71,10 @@ WorkerLoop::~WorkerLoop() {
     if (statm_ >= 0) ::close(statm_);
 }
 
-int64_t WorkerLoop::resident_bytes() const noexcept {
+int64_t WorkerLoop::memory_bytes() const noexcept {
     // statm: in pages, the whole process, what is resident, and of that what
-    // is shared (files, and shared memory: the pool's segments, which are
-    // not the worker's own).
+    // is shared (files, and shared memory: the pool's segments, whose blocks
+    // the language counts as it holds them).
     char buf[128];
     ssize_t n = statm_ < 0 ? -1 : ::pread(statm_, buf, sizeof buf - 1, 0);
     if (n <= 0) return -1;
@@ -83,7 +83,8 @@ int64_t WorkerLoop::resident_bytes() const noexcept {
     std::strtoll(buf, &end, 10);
     long long resident = std::strtoll(end, &end, 10);
     long long shared = std::strtoll(end, nullptr, 10);
-    return int64_t(resident - shared) * ::sysconf(_SC_PAGESIZE);
+    int64_t held = language_.held_bytes ? int64_t(language_.held_bytes(language_.self)) : 0;
+    return int64_t(resident - shared) * ::sysconf(_SC_PAGESIZE) + held;
 }
 
 WaitOptions WorkerLoop::wait_options() const noexcept {
@@ -246,7 +247,7 @@ bool WorkerLoop::notice(messages::Status status) {
 void WorkerLoop::task_done() {
     running_ = false;
     ++done_;
-    if ((max_tasks_ > 0 && done_ >= max_tasks_) || (max_memory_ > 0 && resident_bytes() > max_memory_)) {
+    if ((max_tasks_ > 0 && done_ >= max_tasks_) || (max_memory_ > 0 && memory_bytes() > max_memory_)) {
         retired_ = true;
         notice(messages::Status::retiring);
     }

@@ -4,8 +4,8 @@
 // envelope; claim the task, then have the language read its call; time it;
 // send its outcome, in chunks if it needs more than a slot; watch the
 // client all along; send the notices that carry no value; count the tasks
-// against max_tasks, and retire once a task leaves the process's resident
-// memory above max_memory. A kind of worker supplies a WorkerLanguage: how it
+// against max_tasks, and retire once a task leaves the process's memory
+// (resident, and the arena blocks it holds) above max_memory. A kind of worker supplies a WorkerLanguage: how it
 // reads a task's call, runs it and encodes its outcome.
 #pragma once
 
@@ -46,6 +46,10 @@ struct WorkerLanguage {
     // Optional: around a wait that may sleep (Python lets go of its GIL).
     void (*release)(void* self) = nullptr;
     void (*reacquire)(void* self) = nullptr;
+    // Optional: the bytes of arena blocks the language's values hold. They
+    // lie in the pool's shared memory, which the process's resident memory
+    // leaves out, and count with it against max_memory.
+    std::size_t (*held_bytes)(void* self) = nullptr;
 };
 
 class WorkerLoop {
@@ -64,8 +68,9 @@ public:
     static constexpr std::size_t kKeptMessageBytes = 64 << 10;
 
     // The rings, and their waiters, outlive the loop. max_tasks, max_memory
-    // (bytes resident after a task) 0: no limit. The loop names its process
-    // in the result ring's slots it claims (MpmcRing::set_owner).
+    // (bytes held after a task, see memory_bytes) 0: no limit. The loop
+    // names its process in the result ring's slots it claims
+    // (MpmcRing::set_owner).
     WorkerLoop(AnyRing& tasks, Waiter& task_waiter, AnyRing& results, Waiter& result_waiter, const PeerWatch& client,
                uint16_t index, long max_tasks, int64_t max_memory, const WorkerLanguage& language);
     ~WorkerLoop();
@@ -104,9 +109,9 @@ private:
     // Whether serve() goes on after a wait that ended with st.
     bool waited(WaitStatus st);
     WaitOptions wait_options() const noexcept;
-    // The process's own resident memory in bytes (shared pages left out), or
-    // -1 if it cannot be read.
-    int64_t resident_bytes() const noexcept;
+    // The process's own resident memory in bytes (shared pages left out),
+    // and the arena blocks its language holds; -1 if it cannot be read.
+    int64_t memory_bytes() const noexcept;
 
     AnyRing& tasks_;
     Waiter& task_waiter_;

@@ -50,3 +50,4 @@ cdef class Arena:
 
 
 cdef size_t _address(object view) except? 0
+cdef size_t held_bytes() noexcept

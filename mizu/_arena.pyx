@@ -89,6 +89,14 @@ _recent_large = collections.OrderedDict()
 _RECENT_LARGE_BYTES = 2 << 30
 cdef bint _keep_large = False
 
+# The bytes of the blocks this process's Block objects hold: counted with a
+# worker's resident memory against max_worker_memory (held_bytes).
+cdef size_t _held_bytes = 0
+
+
+cdef size_t held_bytes() noexcept:
+    return _held_bytes
+
 
 def _large_bytes():
     return sum((<_Mapping>m).seg.get().size() for m, _ in _recent_large.values())
@@ -202,16 +210,20 @@ cdef class Block:
         self.length = length
         self.generation = generation
         self.holder = current_pid()
+        global _held_bytes
+        _held_bytes += length
         return self
 
     def __init__(self):
         raise TypeError("blocks come from Arena.alloc, open_block or unpickling")
 
     def __dealloc__(self):
+        global _held_bytes
         if self.mapping is not None and self.holder == current_pid():
             if self.held:
                 unhold(self.held)
             release_block(self.mapping.seg.get().base(), self.offset)
+            _held_bytes -= self.length
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         if self.holder != current_pid():

@@ -65,6 +65,13 @@ def install_array_handler():
     _array_data, _array_arena, _array_pid = data, arena, current_pid()
 
 
+cdef size_t held_bytes() noexcept:
+    """The bytes of the array data that this process's arrays hold in its arena."""
+    if _array_data == NULL or _array_pid != current_pid():
+        return 0
+    return _array_data.live_bytes()
+
+
 def array_arena():
     """array_arena()
 

@@ -152,9 +152,10 @@ class ProcessPoolExecutor(ExecutorBase, _process.ProcessPoolExecutor):
         new worker in its place. A worker that dies before it is up breaks
         the pool either way. Not in the stdlib's signature.
     max_worker_memory : int, optional
-        Bytes of resident memory a worker may hold after a task: above them
-        it is replaced before its next task, as `max_tasks_per_child`
-        replaces it after a count. Not in the stdlib's signature.
+        Bytes of memory a worker may hold after a task (its own resident
+        memory, and the shared-memory arrays it holds): above them it is
+        replaced before its next task, as `max_tasks_per_child` replaces it
+        after a count. Not in the stdlib's signature.
     seed : int or sequence of int, optional
         Run each task with its own random stream, numpy's
         ``SeedSequence(seed).spawn`` child at the task's position (its

@@ -8,6 +8,8 @@ from libcpp cimport bool
 from libcpp.memory cimport unique_ptr
 from cython.operator cimport dereference as deref
 
+from mizu._arena cimport held_bytes as _blocks_held
+from mizu._array_data cimport held_bytes as _arrays_held
 from mizu._liveness cimport PeerWatch
 from mizu._messages cimport (BATCH, CALLABLE, DECODING, FLAT, INITIALIZER, KEYWORDS, OK, RAISED, SINGLE, STARTING,
                              Codec, body_of)
@@ -155,6 +157,7 @@ cdef class _Language:
         self.table.idle = _idle
         self.table.release = _release
         self.table.reacquire = _reacquire
+        self.table.held_bytes = _held_bytes
 
     cdef int last_words(self, int stage, exc) except -1:
         """Tell the client why this worker ends (stage: STARTING, INITIALIZER or DECODING), for its BrokenProcessPool."""
@@ -286,6 +289,11 @@ cdef void _release(void* held) noexcept:
 
 cdef void _reacquire(void* held) noexcept nogil:
     PyEval_RestoreThread((<Held*>held).released)
+
+
+cdef size_t _held_bytes(void* held) noexcept:
+    """The arena blocks that this worker's objects and arrays hold, for max_worker_memory."""
+    return _blocks_held() + _arrays_held()
 
 
 def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializer, initargs, max_tasks, max_memory,

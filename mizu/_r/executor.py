@@ -73,8 +73,9 @@ class RExecutor(ExecutorBase, concurrent.futures.Executor):
         `ProcessPoolExecutor`'s; ``"replace"``: only the call it ran fails,
         with `mizu.WorkerDied`, and a new worker takes its place.
     max_worker_memory : int, optional
-        Bytes of resident memory a worker may hold after a call: above them
-        it is replaced before its next.
+        Bytes of memory a worker may hold after a call (its resident memory,
+        and the client's arrays its R values view): above them it is
+        replaced before its next.
     seed : int, optional
         Run each call with its own L'Ecuyer-CMRG random stream, as R's
         ``parallel::clusterSetRNGStream(cl, seed)`` gives its workers: the

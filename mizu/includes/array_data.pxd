@@ -15,3 +15,4 @@ cdef extern from "array_data.hpp" namespace "mizu" nogil:
         bint find(const void* ptr, ArrayBlock* where)
         size_t threshold()
         size_t live()
+        size_t live_bytes()

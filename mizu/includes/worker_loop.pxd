@@ -18,6 +18,7 @@ cdef extern from "worker_loop.hpp" namespace "mizu":
         bool (*idle)(void* self) noexcept nogil
         void (*release)(void* self) noexcept
         void (*reacquire)(void* self) noexcept nogil
+        size_t (*held_bytes)(void* self) noexcept
 
     cdef enum class Stop "mizu::WorkerLoop::Stop"(int):
         client_gone

@@ -339,6 +339,27 @@ def hoard(nbytes):
     return os.getpid()
 
 
+def hoard_array(nbytes):
+    """As hoard, in a numpy array, whose data a worker takes from its arena."""
+    import numpy as np
+
+    _hoard.append(np.ones(nbytes, dtype=np.uint8))
+    return os.getpid()
+
+
+def hoard_value(value):
+    """Keep value in a module global; return this worker's pid."""
+    _hoard.append(value)
+    return os.getpid()
+
+
+def ones(nbytes):
+    """A new numpy array of nbytes ones."""
+    import numpy as np
+
+    return np.ones(nbytes, dtype=np.uint8)
+
+
 # -- clients of the fault tests: run by `python -c`, they report on stdout ---------------------------------------
 
 

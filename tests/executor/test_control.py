@@ -525,6 +525,29 @@ def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_ne
             assert len(ex._processes) == 1
 
 
+@pytest.mark.parametrize("kept", ["arrays it made", "arrays it was given", "arrays it returned"])
+def test_the_shared_memory_arrays_a_worker_holds_count_against_max_worker_memory(kept):
+    """They lie in the pool's shared memory, which resident memory leaves out; those the client now holds do not
+    count."""
+    import numpy as np
+
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER) as probe:
+        baseline = resident_memory(probe.submit(executor_children.hoard_array, 1).result(timeout=WAIT))
+    with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER, max_worker_memory=baseline + (100 << 20)) as ex:
+        # Once a task has imported numpy, the worker's large arrays lie in its arena.
+        first = ex.submit(executor_children.hoard_array, 1).result(timeout=WAIT)
+        if kept == "arrays it made":
+            assert ex.submit(executor_children.hoard_array, 200 << 20).result(timeout=WAIT) == first
+        elif kept == "arrays it was given":
+            given = np.ones(200 << 20, dtype=np.uint8)
+            assert ex.submit(executor_children.hoard_value, given).result(timeout=WAIT) == first
+        else:
+            returned = [ex.submit(executor_children.ones, 40 << 20).result(timeout=WAIT) for _ in range(5)]
+            assert all(mizu.arena_block(a) is not None for a in returned), "results in shared memory"
+        after = ex.submit(children.pid).result(timeout=WAIT)
+        assert (after == first) == (kept == "arrays it returned")
+
+
 @pytest.mark.parametrize("how", ["deadline", "stop"])
 def test_the_array_a_task_ended_while_it_runs_held_goes_back_to_the_client(client, tmp_path, how):
     assert_ended_tasks_give_their_array_back(client, executor_children.client_ending_tasks_given_an_array, how,

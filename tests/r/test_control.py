@@ -13,6 +13,7 @@ import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
 
+import numpy as np
 import pytest
 
 import mizu
@@ -305,6 +306,16 @@ def test_an_r_worker_above_max_worker_memory_after_a_task_is_replaced_before_its
         assert after != first
         exit_all([first], WAIT)
         assert pool.submit(PID).result(timeout=WAIT) == after
+
+
+def test_the_client_s_arrays_an_r_worker_keeps_count_against_max_worker_memory(make):
+    """They lie in the client's shared memory, which the worker's resident memory leaves out."""
+    baseline = resident_memory(make(1).submit(PID).result(timeout=WAIT))
+    pool = make(1, max_worker_memory=baseline + (100 << 20))
+    first = pool.submit(PID).result(timeout=WAIT)
+    keep = "function(x) { assign('kept', x, envir = globalenv()); Sys.getpid() }"
+    assert pool.submit(keep, np.ones(25 << 20)).result(timeout=WAIT) == first
+    assert pool.submit(PID).result(timeout=WAIT) != first
 
 
 # -- arguments --------------------------------------------------------------------------------------------------

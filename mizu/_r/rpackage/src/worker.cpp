@@ -224,6 +224,9 @@ private:
             release_idle_arena(kIdleMemoryNs);
             return true;
         };
+        // The client's blocks that R's values still view; its own results
+        // leave the arena as they are sent.
+        l.held_bytes = [](void*) { return std::size_t(block_holds().pinned); };
         return l;
     }
 
