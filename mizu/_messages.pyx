@@ -173,6 +173,11 @@ cdef list _place(list buffers, bint* by_reference):
     return placed
 
 
+cdef bint _small_part(tuple found) except -1:
+    """Whether found's bytes are less than a quarter of its block (found: as arena_block answers)."""
+    return found[2] * 4 < found[0].nbytes
+
+
 cdef list _place_handed(list buffers):
     """_place for each buffer of a value whose sender has let go of it; empties buffers.
 
@@ -182,6 +187,8 @@ cdef list _place_handed(list buffers):
     the receiver has it, as with a copy. Data still held here is copied, and
     so is a buffer of less than a quarter of its block (a slice of a large
     temporary), which would keep the whole block in the receiver's memory.
+    So is such a part of a block that only this process holds (a slice of
+    an argument's copy); a block that others hold too goes by reference.
     """
     placed, born = [], []
     for buffer in buffers:
@@ -189,13 +196,15 @@ cdef list _place_handed(list buffers):
         found = _shareable(arena_block(raw))
         if found is None:
             found = born_block(raw)
-            if found is not None and found[2] * 4 < found[0].nbytes:
+            if found is not None and _small_part(found):
                 found = None
             if found is not None:
                 born.append((len(placed), found[3]))
                 found = found[:3]
             else:
                 found = _copy(raw)
+        elif _small_part(found) and found[0].refs == 1:
+            found = _copy(raw)
         placed.append(found)
     buffer = raw = found = None
     buffers.clear()

@@ -154,3 +154,8 @@ def fill_each(parts, value):
     """Write value into every element of each array of parts."""
     for part in parts:
         part[...] = value
+
+
+def head(arr, n):
+    """The first n items of arr, a view of it."""
+    return arr[:n]

@@ -289,6 +289,22 @@ def test_pandas_objects_round_trip(pool):
     pd.testing.assert_series_equal(pool.submit(children.echo_value, series).result(timeout=60), series)
 
 
+def test_a_small_part_of_an_argument_comes_back_without_the_whole_argument():
+    """x[:10] of the copy a task was given comes back as a copy of its own, not as a view that keeps the whole copy
+    in the client's memory; of the client's own shared array, as a view of that."""
+    x = np.arange(1 << 20, dtype=np.float64)
+    shared = mizu.full(1 << 20, 2.0)
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver")) as ex:
+        part = ex.submit(arrays_children.head, x, 10).result(timeout=60)
+        half = ex.submit(arrays_children.head, x, len(x) // 2).result(timeout=60)
+        view = ex.submit(arrays_children.head, shared, 10).result(timeout=60)
+    np.testing.assert_array_equal(part, x[:10])
+    assert mizu.arena_block(part)[0].nbytes < x.nbytes // 4
+    np.testing.assert_array_equal(half, x[:len(x) // 2])
+    assert mizu.arena_block(half)[0].nbytes >= x.nbytes, "half of it comes back by reference"
+    assert np.shares_memory(view, shared)
+
+
 def test_a_worker_returns_a_view_of_an_array_it_inherited(executor_type, monkeypatch):
     monkeypatch.setattr(arrays_children, "SHARED", mizu.full(100_000, 2.0))
     with executor_type(1, mp_context=multiprocessing.get_context("fork")) as ex:
