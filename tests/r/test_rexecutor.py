@@ -105,17 +105,24 @@ def test_a_dropped_array_s_memory_leaves_every_process_of_a_running_pool(r_libra
         wait_until(lambda: not memfd_holders(taken), 10, "the array's segment given back", interval=0.05)
 
 
-def test_new_large_arrays_call_after_call_do_not_fill_the_arena(r_library, monkeypatch):
-    """Thirty calls, each given a new 40 MB array that the client drops once it has the sum: 1.2 GB passed through an
-    arena of 512 MB, as the views of finished calls give their blocks back."""
+@pytest.mark.parametrize("call", ["sum", "function(x) stop('no sum of ', sum(x))"], ids=["returns", "raises"])
+def test_new_large_arrays_call_after_call_do_not_fill_the_arena(r_library, monkeypatch, call):
+    """Thirty calls, each given a new 40 MB array that the client drops once it has the outcome: 1.2 GB passed
+    through an arena of 512 MB, as the views of finished calls give their blocks back, whether they returned or
+    raised an R error."""
     small = mizu._arena.Arena(limit=512 << 20)
     monkeypatch.setattr(mizu._arena, "_default", small)
     n = 5 << 20
     with mizu.RExecutor(1) as pool:
         for i in range(30):
             data = mizu.full(n, float(i))
-            assert pool.submit("sum", data).result(timeout=60) == n * i
-            del data
+            future = pool.submit(call, data)
+            if call == "sum":
+                assert future.result(timeout=60) == n * i
+            else:
+                with pytest.raises(mizu.RError, match=f"no sum of {n * i}"):
+                    future.result(timeout=60)
+            del data, future
     monkeypatch.undo()
     small.close()
 

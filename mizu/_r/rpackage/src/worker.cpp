@@ -183,6 +183,7 @@ public:
         try {
             if (batch_.active) {
                 send_outcome(r_call([&] { return continue_batch(); }));
+                call_ended();
                 loop_.task_done();
             }
             if (!loop_.retired()) loop_.serve();
@@ -291,6 +292,13 @@ private:
     void forget_call() {
         call_ = R_NilValue;
         REPROTECT(R_NilValue, call_index_);
+        call_ended();
+    }
+
+    // Once the values of a call are let go of (forget_call; unwound by an
+    // R error): a collection is due after the next wait, or at once if
+    // the blocks R's values view have grown by kCollectAtPinned.
+    void call_ended() {
         HoldCounts holds = block_holds();
         if (holds.bytes_made != bytes_seen_) {
             collect_pending_ = true;
@@ -351,6 +359,7 @@ private:
         }
         if (!batch_.active) {
             send_outcome(r_call([] { return session_outcome(R_NilValue, true); }));
+            call_ended();
             loop_.task_done();
             return;
         }
@@ -617,8 +626,8 @@ private:
     PROTECT_INDEX call_index_ = 0;
     std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
-    uint64_t bytes_seen_ = 0;                        // block_holds().bytes_made when forget_call last looked
-    uint64_t collect_at_pinned_ = kCollectAtPinned;  // forget_call collects once block_holds().pinned reaches it
+    uint64_t bytes_seen_ = 0;                        // block_holds().bytes_made when call_ended last looked
+    uint64_t collect_at_pinned_ = kCollectAtPinned;  // call_ended collects once block_holds().pinned reaches it
     bool collect_pending_ = false;      // a call let go of since then adopted blocks (collect_after_calls)
     int64_t call_forgotten_ns_ = 0;     // when the last such call was let go of (now_ns)
     std::exception_ptr stopped_;  // what ended serve(), for run() to rethrow
