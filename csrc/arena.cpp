@@ -183,6 +183,34 @@ void unhold(uint32_t token) noexcept {
     h.free.push_back(token - 1);
 }
 
+bool HeldBlocks::add(uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t bytes) noexcept {
+    if (pid_ != current_pid()) {
+        counts_.clear();
+        bytes_ = 0;
+        pid_ = current_pid();
+    }
+    try {
+        Count& count = counts_[{arena_id, segment_id, offset}];
+        if (count.holds++ == 0) {
+            count.bytes = bytes;
+            bytes_ += bytes;
+        }
+        return true;
+    } catch (const std::bad_alloc&) {
+        return false;
+    }
+}
+
+void HeldBlocks::remove(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noexcept {
+    if (pid_ != current_pid()) return;
+    auto found = counts_.find({arena_id, segment_id, offset});
+    if (found == counts_.end() || --found->second.holds != 0) return;
+    bytes_ -= found->second.bytes;
+    counts_.erase(found);
+}
+
+uint64_t HeldBlocks::bytes() const noexcept { return pid_ == current_pid() ? bytes_ : 0; }
+
 void retain_block(char* base, uint64_t offset) noexcept {
     // relaxed: the caller holds a reference, so the block cannot be freed
     // meanwhile; whatever carries the new reference to its holder publishes it.

@@ -34,9 +34,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "layout.hpp"
@@ -121,6 +123,30 @@ void release_block(char* base, uint64_t offset) noexcept;
 
 // The number of references to the block at data offset `offset`, read once.
 uint64_t block_refs(const char* base, uint64_t offset) noexcept;
+
+// The distinct blocks one process holds references to, and their bytes: a
+// block held twice counts once. Each holder adds its block as it takes its
+// reference and removes it as it lets go. Not thread-safe: the holders
+// serialize their calls (Python's GIL, R's one thread). A forked child,
+// whose inherited holders let go of nothing, counts from nothing.
+class HeldBlocks {
+public:
+    // False when there is no memory to count the block: its holder then
+    // does not remove it.
+    bool add(uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t bytes) noexcept;
+    void remove(uint64_t arena_id, uint32_t segment_id, uint64_t offset) noexcept;
+    // The bytes of the blocks this process holds.
+    uint64_t bytes() const noexcept;
+
+private:
+    struct Count {
+        std::size_t holds = 0;
+        uint64_t bytes = 0;  // the block's, as its first holder gave them
+    };
+    std::map<std::tuple<uint64_t, uint32_t, uint64_t>, Count> counts_;
+    uint64_t bytes_ = 0;
+    int pid_ = 0;  // the process counted
+};
 
 // What a process holds of blocks that other processes shared with it, kept
 // in shared memory where a survivor reads it once that process has died: a

@@ -87,6 +87,13 @@ int64_t WorkerLoop::memory_bytes() const noexcept {
     return int64_t(resident - shared) * ::sysconf(_SC_PAGESIZE) + held;
 }
 
+bool WorkerLoop::over_memory() {
+    if (max_memory_ <= 0 || memory_bytes() <= max_memory_) return false;
+    if (!language_.collect) return true;
+    language_.collect(language_.self);
+    return memory_bytes() > max_memory_;
+}
+
 WaitOptions WorkerLoop::wait_options() const noexcept {
     WaitOptions opt;
     opt.peer = &client_;
@@ -247,7 +254,7 @@ bool WorkerLoop::notice(messages::Status status) {
 void WorkerLoop::task_done() {
     running_ = false;
     ++done_;
-    if ((max_tasks_ > 0 && done_ >= max_tasks_) || (max_memory_ > 0 && memory_bytes() > max_memory_)) {
+    if ((max_tasks_ > 0 && done_ >= max_tasks_) || over_memory()) {
         retired_ = true;
         notice(messages::Status::retiring);
     }

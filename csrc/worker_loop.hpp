@@ -50,6 +50,10 @@ struct WorkerLanguage {
     // lie in the pool's shared memory, which the process's resident memory
     // leaves out, and count with it against max_memory.
     std::size_t (*held_bytes)(void* self) = nullptr;
+    // Optional: lets go of what the language's values no longer need (R
+    // collects its garbage). Costly, so called only before a worker whose
+    // memory is above max_memory retires, which then measures it again.
+    void (*collect)(void* self) = nullptr;
 };
 
 class WorkerLoop {
@@ -112,6 +116,8 @@ private:
     // The process's own resident memory in bytes (shared pages left out),
     // and the arena blocks its language holds; -1 if it cannot be read.
     int64_t memory_bytes() const noexcept;
+    // Whether that is above max_memory, once the language has collected.
+    bool over_memory();
 
     AnyRing& tasks_;
     Waiter& task_waiter_;

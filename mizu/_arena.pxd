@@ -27,6 +27,7 @@ cdef class Block:
     cdef uint32_t generation
     cdef int holder  # the process whose reference this is
     cdef uint32_t held  # its note in the process's table of held references (hold_in_ring), or 0
+    cdef bint counted   # among the blocks this process holds (held_bytes)
 
     @staticmethod
     cdef Block adopt(_Mapping mapping, uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t length,

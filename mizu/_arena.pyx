@@ -23,7 +23,8 @@ from libcpp.vector cimport vector
 
 from mizu.includes.arena cimport Allocation, ArenaOptions, ArenaStats, BlockRef
 from mizu.includes.arena cimport Arena as CArena
-from mizu.includes.arena cimport HeldSlot, HeldTable, attach_arena_segment, block_data, block_refs, current_pid
+from mizu.includes.arena cimport (HeldBlocks, HeldSlot, HeldTable, attach_arena_segment, block_data, block_refs,
+                                  current_pid)
 from mizu.includes.arena cimport hold_in, kHeldSlots, note_held, release_block, retain_block, take_held, unhold
 from mizu.includes.array_data cimport ArrayBlock
 from mizu.includes.segment cimport Segment as CSegment
@@ -89,13 +90,13 @@ _recent_large = collections.OrderedDict()
 _RECENT_LARGE_BYTES = 2 << 30
 cdef bint _keep_large = False
 
-# The bytes of the blocks this process's Block objects hold: counted with a
-# worker's resident memory against max_worker_memory (held_bytes).
-cdef size_t _held_bytes = 0
+# The blocks this process's Block objects hold: counted with a worker's
+# resident memory against max_worker_memory (held_bytes).
+cdef HeldBlocks _held_blocks
 
 
 cdef size_t held_bytes() noexcept:
-    return _held_bytes
+    return _held_blocks.bytes()
 
 
 def _large_bytes():
@@ -210,20 +211,19 @@ cdef class Block:
         self.length = length
         self.generation = generation
         self.holder = current_pid()
-        global _held_bytes
-        _held_bytes += length
+        self.counted = _held_blocks.add(arena_id, segment_id, offset, length)
         return self
 
     def __init__(self):
         raise TypeError("blocks come from Arena.alloc, open_block or unpickling")
 
     def __dealloc__(self):
-        global _held_bytes
         if self.mapping is not None and self.holder == current_pid():
             if self.held:
                 unhold(self.held)
+            if self.counted:
+                _held_blocks.remove(self.arena_id, self.segment_id, self.offset)
             release_block(self.mapping.seg.get().base(), self.offset)
-            _held_bytes -= self.length
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         if self.holder != current_pid():

@@ -736,6 +736,32 @@ void arena_held() {
     CHECK(live() == 0);
 }
 
+// The blocks a process holds: a block held twice counts once, until its
+// last holder lets go; a forked child counts only what it takes itself.
+void arena_held_blocks() {
+    HeldBlocks held;
+    CHECK(held.add(7, 1, 256, 1000) && held.add(7, 1, 256, 1000) && held.add(7, 2, 256, 50));
+    CHECK(held.bytes() == 1050);
+    held.remove(7, 1, 256);
+    CHECK(held.bytes() == 1050);
+    held.remove(7, 1, 256);
+    held.remove(9, 9, 9);  // never added: nothing changes
+    CHECK(held.bytes() == 50);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        bool inherited_none = held.bytes() == 0;
+        held.remove(7, 2, 256);
+        bool fresh = held.add(8, 1, 64, 30) && held.bytes() == 30;
+        _exit(inherited_none && fresh ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(held.bytes() == 50);
+    held.remove(7, 2, 256);
+    CHECK(held.bytes() == 0);
+}
+
 // Arena blocks: a block's bytes follow from its id, so overlap or reuse
 // before release shows as corruption.
 struct ArenaBlock {
@@ -1595,6 +1621,7 @@ int main() {
     arena_attach();
     arena_bad_references();
     arena_held();
+    arena_held_blocks();
     arena_remote_free(2, 20000);
     array_data(3, 20000);
     for (WaitBackend backend : {WaitBackend::native, WaitBackend::portable}) {

@@ -525,10 +525,11 @@ def test_a_worker_above_max_worker_memory_after_a_task_is_replaced_before_its_ne
             assert len(ex._processes) == 1
 
 
-@pytest.mark.parametrize("kept", ["arrays it made", "arrays it was given", "arrays it returned"])
+@pytest.mark.parametrize("kept", ["arrays it made", "arrays it was given", "views of one array it was given",
+                                  "arrays it returned"])
 def test_the_shared_memory_arrays_a_worker_holds_count_against_max_worker_memory(kept):
-    """They lie in the pool's shared memory, which resident memory leaves out; those the client now holds do not
-    count."""
+    """They lie in the pool's shared memory, which resident memory leaves out; an array held through many views
+    counts once, and those the client now holds do not count."""
     import numpy as np
 
     with mizu.ProcessPoolExecutor(1, mp_context=FORKSERVER) as probe:
@@ -541,11 +542,16 @@ def test_the_shared_memory_arrays_a_worker_holds_count_against_max_worker_memory
         elif kept == "arrays it was given":
             given = np.ones(200 << 20, dtype=np.uint8)
             assert ex.submit(executor_children.hoard_value, given).result(timeout=WAIT) == first
+        elif kept == "views of one array it was given":
+            shared = mizu.full(40 << 20, 1, dtype=np.uint8)
+            views = [shared[k:k + 1] for k in range(10)]
+            assert ex.submit(executor_children.hoard_value, views).result(timeout=WAIT) == first
         else:
             returned = [ex.submit(executor_children.ones, 40 << 20).result(timeout=WAIT) for _ in range(5)]
             assert all(mizu.arena_block(a) is not None for a in returned), "results in shared memory"
         after = ex.submit(children.pid).result(timeout=WAIT)
-        assert (after == first) == (kept == "arrays it returned")
+        assert (after == first) == kept.startswith(("views", "arrays it returned"))
+
 
 
 @pytest.mark.parametrize("how", ["deadline", "stop"])

@@ -60,16 +60,10 @@ void keep_recent(const std::shared_ptr<Segment>& seg) {
 // R's thread makes and drops every BlockHold.
 HoldCounts holds;
 
-// How many BlockHolds hold each block (arena id, segment id, offset), and
-// the bytes the first counted: a block held twice pins its bytes once.
-using BlockKey = std::tuple<uint64_t, uint32_t, uint64_t>;
-struct Pin {
-    std::size_t holds = 0;
-    uint64_t bytes = 0;
-};
-std::map<BlockKey, Pin>& pins() {
-    static auto* counts = new std::map<BlockKey, Pin>;
-    return *counts;
+// The blocks the BlockHolds hold: a block held twice pins its bytes once.
+HeldBlocks& pins() {
+    static auto* held = new HeldBlocks;
+    return *held;
 }
 
 std::string hex(uint64_t v) {
@@ -121,16 +115,9 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
       counted_(false) {
     ++holds.alive;
     holds.bytes_made += block.length;
-    try {
-        Pin& pin = pins()[{block.arena_id, block.segment_id, block.offset}];
-        if (pin.holds++ == 0) {
-            pin.bytes = block.length;
-            holds.pinned += pin.bytes;
-        }
-        counted_ = true;
-    } catch (const std::bad_alloc&) {
-        // Uncounted, the block looks pinned by nothing: R collects later.
-    }
+    // Uncounted (no memory to count it), the block looks pinned by
+    // nothing: R collects later.
+    counted_ = pins().add(block.arena_id, block.segment_id, block.offset, block.length);
 }
 
 BlockHold::~BlockHold() {
@@ -138,18 +125,16 @@ BlockHold::~BlockHold() {
     // none of their references: the parent releases them.
     if (pid_ != current_pid()) return;
     --holds.alive;
-    if (counted_) {
-        auto found = pins().find({block_.arena_id, block_.segment_id, block_.offset});
-        if (found != pins().end() && --found->second.holds == 0) {
-            holds.pinned -= found->second.bytes;
-            pins().erase(found);
-        }
-    }
+    if (counted_) pins().remove(block_.arena_id, block_.segment_id, block_.offset);
     if (held_) unhold(held_);
     release_block(segment_->base(), block_.offset);
 }
 
-HoldCounts block_holds() noexcept { return holds; }
+HoldCounts block_holds() noexcept {
+    HoldCounts counts = holds;
+    counts.pinned = pins().bytes();
+    return counts;
+}
 
 MappedBlock::MappedBlock(const BlockSource& source)
     : hold_(source.block, source.fd), start_(source.start), size_(source.nbytes) {

@@ -225,9 +225,11 @@ private:
             release_idle_arena(kIdleMemoryNs);
             return true;
         };
-        // The client's blocks that R's values still view; its own results
-        // leave the arena as they are sent.
+        // The client's blocks that R's values still view (its own results
+        // leave the arena as they are sent), and those of finished calls
+        // until R collects them: before a worker over max_memory retires.
         l.held_bytes = [](void*) { return std::size_t(block_holds().pinned); };
+        l.collect = [](void* self) { static_cast<Worker*>(self)->collect_now(); };
         return l;
     }
 
