@@ -240,7 +240,7 @@ cdef bytes _out_of_band(const void* header, Py_ssize_t n, bytes body, list place
         if strict is None:
             return None
         if len(placed) > _MAX_BUFFERS:
-            what = f"{len(placed):,} arrays in shared memory, more than the {_MAX_BUFFERS:,}"
+            what = f"{len(placed):,} arrays to pass through shared memory, more than the {_MAX_BUFFERS:,}"
         else:
             what = f"arrays in {fds.size():,} segments of shared memory, more than the {kMaxDescriptors:,}"
         raise ValueError(f"a task's arguments hold {what} that one task can pass to a worker: stack them into "

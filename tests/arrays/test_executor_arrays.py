@@ -85,7 +85,7 @@ def test_more_shared_arrays_than_one_task_can_pass_fail_the_task_rather_than_los
     out = mizu.zeros(70_000)
     views = [out[k:k + 1] for k in range(70_000)]
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as ex:
-        with pytest.raises(ValueError, match="70,000 arrays in shared memory, more than the 65,535"):
+        with pytest.raises(ValueError, match="70,000 arrays to pass through shared memory, more than the 65,535"):
             ex.submit(arrays_children.fill_each, views, 1.0).result(timeout=60)
         ex.submit(arrays_children.fill_each, views[:1000], 1.0).result(timeout=60)
     assert out[:1000].all() and not out[1000:].any()

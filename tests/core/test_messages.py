@@ -216,8 +216,8 @@ def test_more_arrays_than_a_message_names_go_in_band_unless_a_task_would_lose_it
         assert fields["buffers"] == 0 and [int(v[0]) for v in got] == list(range(65_536))
         assert not np.shares_memory(got[7], shared)
         for codec in (None, PeerCodec("R")):
-            with pytest.raises(ValueError, match="hold 65,536 arrays in shared memory, more than the 65,535 that "
-                                                 "one task can pass to a worker: stack them into fewer arrays"):
+            with pytest.raises(ValueError, match="hold 65,536 arrays to pass through shared memory, more than the "
+                                                 "65,535 that one task can pass to a worker: stack them into fewer"):
                 encode_task(1, 1, 0, (views,), link.sender, codec)
         message = encode_task(1, 1, 0, (views[1:],), link.sender)
         kind, fields, got = decode_message(message, link.receiver)
