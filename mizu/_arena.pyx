@@ -91,8 +91,9 @@ _RECENT_LARGE_BYTES = 2 << 30
 cdef bint _keep_large = False
 
 # The blocks this process's Block objects hold: counted with a worker's
-# resident memory against max_worker_memory (held_bytes).
-cdef HeldBlocks _held_blocks
+# resident memory against max_worker_memory (held_bytes). Never destroyed:
+# a Block may be dropped after the module's statics are.
+cdef HeldBlocks* _held_blocks = new HeldBlocks()
 
 
 cdef size_t held_bytes() noexcept:

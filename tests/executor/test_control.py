@@ -553,7 +553,6 @@ def test_the_shared_memory_arrays_a_worker_holds_count_against_max_worker_memory
         assert (after == first) == kept.startswith(("views", "arrays it returned"))
 
 
-
 @pytest.mark.parametrize("how", ["deadline", "stop"])
 def test_the_array_a_task_ended_while_it_runs_held_goes_back_to_the_client(client, tmp_path, how):
     assert_ended_tasks_give_their_array_back(client, executor_children.client_ending_tasks_given_an_array, how,

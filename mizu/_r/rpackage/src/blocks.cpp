@@ -61,10 +61,9 @@ void keep_recent(const std::shared_ptr<Segment>& seg) {
 HoldCounts holds;
 
 // The blocks the BlockHolds hold: a block held twice pins its bytes once.
-HeldBlocks& pins() {
-    static auto* held = new HeldBlocks;
-    return *held;
-}
+// Made by the first BlockHold, never destroyed: blocks are released as the
+// process exits.
+HeldBlocks* pins = nullptr;
 
 std::string hex(uint64_t v) {
     char buf[19];
@@ -117,7 +116,11 @@ BlockHold::BlockHold(const BlockRef& block, int fd)
     holds.bytes_made += block.length;
     // Uncounted (no memory to count it), the block looks pinned by
     // nothing: R collects later.
-    counted_ = pins().add(block.arena_id, block.segment_id, block.offset, block.length);
+    try {
+        if (!pins) pins = new HeldBlocks;
+        counted_ = pins->add(block.arena_id, block.segment_id, block.offset, block.length);
+    } catch (const std::bad_alloc&) {
+    }
 }
 
 BlockHold::~BlockHold() {
@@ -125,14 +128,14 @@ BlockHold::~BlockHold() {
     // none of their references: the parent releases them.
     if (pid_ != current_pid()) return;
     --holds.alive;
-    if (counted_) pins().remove(block_.arena_id, block_.segment_id, block_.offset);
+    if (counted_) pins->remove(block_.arena_id, block_.segment_id, block_.offset);
     if (held_) unhold(held_);
     release_block(segment_->base(), block_.offset);
 }
 
 HoldCounts block_holds() noexcept {
     HoldCounts counts = holds;
-    counts.pinned = pins().bytes();
+    counts.pinned = pins ? pins->bytes() : 0;
     return counts;
 }
 

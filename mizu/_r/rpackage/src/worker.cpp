@@ -229,7 +229,11 @@ private:
         // leave the arena as they are sent), and those of finished calls
         // until R collects them: before a worker over max_memory retires.
         l.held_bytes = [](void*) { return std::size_t(block_holds().pinned); };
-        l.collect = [](void* self) { static_cast<Worker*>(self)->collect_now(); };
+        l.collect = [](void* self) {
+            auto* worker = static_cast<Worker*>(self);
+            if (!worker->collected_since_call_) worker->collect_now();
+            give_back_memory(worker->memory_kept_);
+        };
         return l;
     }
 
@@ -237,6 +241,7 @@ private:
     // the call kept for run_prepared.
     bool prepare(const Message& m) {
         memory_kept_ = true;
+        collected_since_call_ = false;
         std::vector<messages::BufferRecord> records;
         for (std::size_t i = 0; i < m.buffer_count; ++i) records.push_back(m.buffer(i));
         std::vector<int> fds;
@@ -285,6 +290,7 @@ private:
 
     void collect_now() {
         collect_pending_ = false;
+        collected_since_call_ = true;
         collect_garbage();
         // What the collection left pinned is held on purpose: the next one
         // waits for kCollectAtPinned more.
@@ -628,6 +634,7 @@ private:
     PROTECT_INDEX call_index_ = 0;
     std::string refused_;       // why R cannot hold the call prepared last, if it cannot
     bool memory_kept_ = false;  // tasks ran since the last give_back_memory
+    bool collected_since_call_ = false;  // collect_now ran since the last task was prepared
     uint64_t bytes_seen_ = 0;                        // block_holds().bytes_made when call_ended last looked
     uint64_t collect_at_pinned_ = kCollectAtPinned;  // call_ended collects once block_holds().pinned reaches it
     bool collect_pending_ = false;      // a call let go of since then adopted blocks (collect_after_calls)
