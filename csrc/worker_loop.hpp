@@ -5,8 +5,9 @@
 // send its outcome, in chunks if it needs more than a slot; watch the
 // client all along; send the notices that carry no value; count the tasks
 // against max_tasks, and retire once a task leaves the process's memory
-// (resident, and the arena blocks it holds) above max_memory. A kind of worker supplies a WorkerLanguage: how it
-// reads a task's call, runs it and encodes its outcome.
+// (resident, and the arena blocks it holds) above max_memory. A kind of
+// worker supplies a WorkerLanguage: how it reads a task's call, runs it
+// and encodes its outcome.
 #pragma once
 
 #include <cstddef>
