@@ -90,10 +90,22 @@ _recent_large = collections.OrderedDict()
 _RECENT_LARGE_BYTES = 2 << 30
 cdef bint _keep_large = False
 
-# The blocks this process's Block objects hold: counted with a worker's
-# resident memory against max_worker_memory (held_bytes). Never destroyed:
-# a Block may be dropped after the module's statics are.
+# The blocks this process's Block objects hold, once count_held_blocks is
+# called (a worker under max_worker_memory does): counted with its resident
+# memory (held_bytes). Never destroyed: a Block may be dropped after the
+# module's statics are.
 cdef HeldBlocks* _held_blocks = new HeldBlocks()
+cdef bint _counting = False
+
+
+def count_held_blocks():
+    """count_held_blocks()
+
+    From now on count the blocks this process's `Block` objects hold, for
+    max_worker_memory; other processes pay nothing for the count.
+    """
+    global _counting
+    _counting = True
 
 
 cdef size_t held_bytes() noexcept:
@@ -212,7 +224,8 @@ cdef class Block:
         self.length = length
         self.generation = generation
         self.holder = current_pid()
-        self.counted = _held_blocks.add(arena_id, segment_id, offset, length)
+        if _counting:
+            self.counted = _held_blocks.add(arena_id, segment_id, offset, length)
         return self
 
     def __init__(self):

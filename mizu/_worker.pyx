@@ -307,6 +307,8 @@ def _serve(_Ring tasks, _Ring results, channel, int index, client_pid, initializ
         return   # the client died as this worker started: there is no one to serve, nor to tell
     # The arrays of a task the pool kills go back through the client (mizu._arena.release_held).
     _arena.hold_in_ring(tasks)
+    if max_memory is not None:
+        _arena.count_held_blocks()
     lang = _Language(channel, index)
     _codec.by_value = by_value
     lang.loop.reset(new WorkerLoop(deref(tasks.ring), deref(tasks.pop_waiter), deref(results.ring),

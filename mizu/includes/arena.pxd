@@ -20,15 +20,15 @@ cdef extern from "arena.hpp" namespace "mizu" nogil:
     void retain_block(char* base, uint64_t offset)
     void release_block(char* base, uint64_t offset)
     uint64_t block_refs(const char* base, uint64_t offset)
+    shared_ptr[Segment] attach_arena_segment(int fd, uint64_t arena_id, uint32_t segment_id) except +raise_py_error
+    shared_ptr[Segment] attach_arena_segment(int pid, int fd, uint64_t arena_id,
+                                             uint32_t segment_id) except +raise_py_error
+    size_t default_arena_limit(const char* dir)
 
     cdef cppclass HeldBlocks:
         bint add(uint64_t arena_id, uint32_t segment_id, uint64_t offset, uint64_t bytes)
         void remove(uint64_t arena_id, uint32_t segment_id, uint64_t offset)
         uint64_t bytes()
-    shared_ptr[Segment] attach_arena_segment(int fd, uint64_t arena_id, uint32_t segment_id) except +raise_py_error
-    shared_ptr[Segment] attach_arena_segment(int pid, int fd, uint64_t arena_id,
-                                             uint32_t segment_id) except +raise_py_error
-    size_t default_arena_limit(const char* dir)
 
     cdef cppclass HeldSlot:
         uint64_t arena_id
