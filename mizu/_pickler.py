@@ -10,7 +10,11 @@ caller):
 - a contiguous array of datetimes or timedeltas, as a view of its bytes;
 - a numpy.recarray or numpy.matrix, as its plain array, viewed again.
 A contiguous array of a builtin number type pickles as numpy pickles it,
-its bytes out of band, only sooner (`_reduce_ndarray`).
+its bytes out of band, only sooner (`_reduce_plain`).
+
+An object may say, as it is pickled, how the arrays pickled after it in
+the same value go (`share_arrays_after`): joblib's backend sends a loop's
+large arrays once that way.
 
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
@@ -24,6 +28,7 @@ pickle's. Its initializer, which multiprocessing pickles, travels wrapped in
 """
 
 import copyreg
+import functools
 import io
 import os
 import pickle
@@ -62,13 +67,13 @@ def _reduce_subclass(array):
     arena block would reach a worker as a copy.
     """
     import numpy
-    plain = _reduce_ndarray(array.view(numpy.ndarray))
+    plain = _reduce_plain(array.view(numpy.ndarray))
     if len(plain) != 2:
         return array.__reduce_ex__(PROTOCOL)   # numpy's pickle with a state: its bytes are in band anyway
     return _as_subclass, (type(array), *plain)
 
 
-def _reduce_ndarray(array):
+def _reduce_plain(array):
     flags = array.flags
     contiguous = flags.c_contiguous or flags.f_contiguous
     dtype = array.dtype
@@ -103,10 +108,35 @@ class _Pickler(pickle.Pickler):
         self.dispatch_table = dispatch
         self.buffer_callback = None
         self.busy = False
+        self.sharing = _Sharing()
         super().__init__(file, PROTOCOL, buffer_callback=self._out_of_band)
 
     def _out_of_band(self, buffer):
         return True if self.buffer_callback is None else self.buffer_callback(buffer)
+
+
+class _Sharing:
+    """How the plain arrays that one pickler meets from now on in the value it pickles go (share_arrays_after).
+
+    The pickler's dispatch table holds its methods, which hold it and not
+    the pickler: a pickler dropped goes at once, its buffer with it.
+    """
+
+    __slots__ = ("share",)
+
+    def __init__(self):
+        self.share = None
+
+    def reduce_array(self, array):
+        """A plain numpy array's reduction: _reduce_plain's, of share(array) once an object named share."""
+        if self.share is not None:
+            array = self.share(array)
+        return _reduce_plain(array)
+
+    def reduce_sharing(self, sharer, obj):
+        """The reduction of obj, an instance of a class given to share_arrays_after: its own, once sharer spoke."""
+        self.share = sharer(obj)
+        return obj.__reduce_ex__(PROTOCOL)
 
 
 def _found(module, qualname):
@@ -196,22 +226,40 @@ class _ByValuePickler(_Pickler):
 
 
 _local = threading.local()
+_sharers = {}   # a class: its sharer (share_arrays_after)
+
+
+def share_arrays_after(cls, sharer):
+    """Have each instance of cls, as mizu pickles it, say how the numpy arrays pickled after it go.
+
+    sharer(obj) returns None, or share: a function that takes a plain
+    numpy array and returns it, or an array of the same items to send in
+    its place (a copy in shared memory that many messages reuse). The
+    arrays that the value being pickled holds anywhere after obj, in any
+    container or object that pickles its arrays, then go as share(array);
+    those of the next value go their own way again. obj itself pickles by
+    its ``__reduce_ex__``.
+    """
+    _sharers[cls] = sharer
 
 
 def _dispatch_key():
-    # The table copies copyreg's; it is made again when that changes, or
-    # when numpy (and so the array reducer) appears.
-    return "numpy" in sys.modules, len(copyreg.dispatch_table)
+    # The table copies copyreg's; it is made again when that changes, when
+    # numpy (and so the array reducer) appears, or when a sharer is named.
+    return "numpy" in sys.modules, len(copyreg.dispatch_table), len(_sharers)
 
 
 def _new_pickler(key):
     dispatch = dict(copyreg.dispatch_table)
+    file = io.BytesIO()
+    pickler = (_ByValuePickler if key[-1] else _Pickler)(file, dispatch)
     if key[0]:
         numpy = sys.modules["numpy"]
-        dispatch[numpy.ndarray] = _reduce_ndarray
+        dispatch[numpy.ndarray] = pickler.sharing.reduce_array
         dispatch[numpy.recarray] = dispatch[numpy.matrix] = _reduce_subclass
-    file = io.BytesIO()
-    return (_ByValuePickler if key[2] else _Pickler)(file, dispatch), file, key
+    for cls, sharer in _sharers.items():
+        dispatch[cls] = functools.partial(pickler.sharing.reduce_sharing, sharer)
+    return pickler, file, key
 
 
 def dumps(obj, buffer_callback=None, by_value=False):
@@ -245,6 +293,7 @@ def dumps(obj, buffer_callback=None, by_value=False):
         pickler.dump(obj)
         return file.getvalue()
     finally:
+        pickler.sharing.share = None
         pickler.clear_memo()
         pickler.buffer_callback = None
         pickler.busy = False

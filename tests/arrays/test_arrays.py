@@ -315,3 +315,56 @@ def test_arrays_pickled_for_a_worker_unpickle_as_numpy_s_own_pickle_does(shape, 
     assert (ours.flags.c_contiguous, ours.flags.f_contiguous) == (theirs.flags.c_contiguous,
                                                                    theirs.flags.f_contiguous)
     assert ours.tobytes() == theirs.tobytes()
+
+
+class _Sharer:
+    """Names, as mizu pickles it, a share for the arrays pickled after it; unpickles as 0."""
+
+    def __init__(self, share):
+        self.share = share
+
+    def __reduce__(self):
+        return int, ()
+
+
+class _Nested:
+    """Pickles inner in a message of its own as its reduction is made; unpickles as 0."""
+
+    seen = []   # what the inner values unpickled as
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __reduce__(self):
+        from mizu._pickler import dumps, loads
+
+        _Nested.seen.append(loads(dumps(self.inner)))
+        return int, ()
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("not this one")
+
+
+def test_an_object_s_share_goes_for_the_arrays_after_it_in_its_own_value_only():
+    from mizu._pickler import dumps, loads, share_arrays_after
+
+    share_arrays_after(_Sharer, lambda sharer: sharer.share)
+    doubled = lambda array: array * 2   # noqa: E731
+    a, b, c = np.arange(4), np.arange(4, 8), np.arange(8, 12)
+    got = loads(dumps([a, _Sharer(doubled), b, {"in": (c, "x")}, _Sharer(None), c.copy()]))
+    np.testing.assert_array_equal(got[0], a)
+    np.testing.assert_array_equal(got[2], 2 * b)
+    np.testing.assert_array_equal(got[3]["in"][0], 2 * c)
+    np.testing.assert_array_equal(got[5], c)
+    np.testing.assert_array_equal(loads(dumps([b])), [b], err_msg="the next value goes its own way")
+
+    _Nested.seen.clear()
+    got = loads(dumps([_Sharer(doubled), _Nested([b]), c]))
+    np.testing.assert_array_equal(_Nested.seen[0], [b], err_msg="a value pickled meanwhile goes its own way")
+    np.testing.assert_array_equal(got[2], 2 * c, err_msg="and the first value's share goes on")
+
+    with pytest.raises(TypeError, match="not this one"):
+        dumps([_Sharer(doubled), _Unpicklable()])
+    np.testing.assert_array_equal(loads(dumps(b)), b, err_msg="a pickle that failed leaves nothing behind")
