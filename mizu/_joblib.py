@@ -25,6 +25,7 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
 
 from mizu._errors import call_repr
 from mizu._executor import ProcessPoolExecutor
+from mizu._pickler import share_arrays_after
 
 # What Parallel and parallel_config pass on to a backend that the mizu backend takes: the initializer,
 # the multiprocessing context (its start method), and joblib's memmapping options: max_nbytes and
@@ -36,18 +37,17 @@ _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "te
 class _LoopArrays:
     """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
 
-    A numpy array of more than max_nbytes bytes, an argument or inside a
-    list, tuple or dict argument (to a depth of _DEPTH, in containers of
-    _ITEMS items at most, so that a long list of numbers costs no walk),
-    not in shared memory already, is copied into an arena block the first time a call
-    takes it; the loop's later calls that take the same array get that
-    block. With mmap_mode "r" (joblib's default) the copy is read-only in
-    the workers, as loky's memmaps are; with "r+" or "w+" the loop's tasks
-    share it writable. The copies go when the loop ends.
+    A plain numpy array of more than max_nbytes bytes anywhere in a call's
+    arguments (in containers, pandas objects, any object that pickles its
+    arrays, but not captured by a lambda or closure, which travels with its
+    function), not in shared memory already, is copied into an arena block
+    the first time a call takes it; the loop's later calls that take the
+    same array get that block. With mmap_mode "r" (joblib's default) the
+    copy is read-only in the workers, as loky's memmaps are; with "r+" or
+    "w+" the loop's tasks share it writable. A copy whose array has gone
+    goes when the next copy is made; the others go once the loop has ended
+    and its batches are gone.
     """
-
-    _DEPTH = 4
-    _ITEMS = 1000
 
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
@@ -55,36 +55,9 @@ class _LoopArrays:
         self.ndarray, self.max_nbytes, self.writeable = numpy.ndarray, max_nbytes, mmap_mode != "r"
         self.copies = {}   # id of an array: (a weak reference to it, its copy)
 
-    def share(self, items):
-        for i, (fn, args, kwargs) in enumerate(items):
-            # A container that a call passes twice stays one object, as pickle keeps it.
-            seen = {}
-            shared_args, shared_kwargs = self.shared(args, seen), self.shared(kwargs, seen)
-            if shared_args is not args or shared_kwargs is not kwargs:
-                items[i] = (fn, shared_args, shared_kwargs)
-
-    def shared(self, value, seen, depth=0):
-        """value, or a copy of it whose large arrays are the loop's shared copies."""
-        kind = type(value)
-        if kind is self.ndarray:
-            return self.shared_array(value)
-        if depth > self._DEPTH or kind not in (tuple, list, dict) or not value or len(value) > self._ITEMS:
-            return value
-        found = seen.get(id(value))
-        if found is not None:
-            return found
-        if kind is dict:
-            items = {key: self.shared(item, seen, depth + 1) for key, item in value.items()}
-            changed = any(items[key] is not item for key, item in value.items())
-        else:
-            items = [self.shared(item, seen, depth + 1) for item in value]
-            changed = any(new is not item for new, item in zip(items, value))
-            items = kind(items) if kind is tuple else items
-        seen[id(value)] = result = items if changed else value
-        return result
-
-    def shared_array(self, value):
-        if value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+    def shared(self, value):
+        """value, or the loop's copy of it in shared memory (a share of mizu._pickler.share_arrays_after)."""
+        if type(value) is not self.ndarray or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
@@ -96,6 +69,9 @@ class _LoopArrays:
             return value
         copy = asarray(value)
         copy.flags.writeable = self.writeable
+        # The copies of arrays that have gone (a view made for each call) go now: no call can name them.
+        for key in [key for key, (ref, _) in self.copies.items() if ref() is None]:
+            del self.copies[key]
         self.copies[id(value)] = (weakref.ref(value), copy)
         return copy
 
@@ -134,12 +110,15 @@ def _start_worker(env, initializer, initargs):
 
 
 class _Batch:
-    """A joblib batch (a BatchedCalls), shown by its calls: a dead worker's error names them."""
+    """A joblib batch (a BatchedCalls), shown by its calls: a dead worker's error names them.
 
-    __slots__ = ("calls",)
+    arrays: the loop's _LoopArrays, through which the batch's arrays are pickled, or None.
+    """
 
-    def __init__(self, calls):
-        self.calls = calls
+    __slots__ = ("calls", "arrays")
+
+    def __init__(self, calls, arrays=None):
+        self.calls, self.arrays = calls, arrays
 
     def __reduce__(self):
         return _Batch, (self.calls,)
@@ -148,6 +127,10 @@ class _Batch:
         items = self.calls.items
         shown = ", ".join(call_repr(fn, args, kwargs) for fn, args, kwargs in items[:3])
         return f"[{shown}{', ...' if len(items) > 3 else ''}]"
+
+
+# A batch's arrays go through its loop's copies.
+share_arrays_after(_Batch, lambda batch: None if batch.arrays is None else batch.arrays.shared)
 
 
 def _run_batch(batch):
@@ -216,11 +199,12 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     caller), -1 is every CPU and -2 all but one; tasks are batched
     automatically; functions, lambdas and closures pickle by value; a
     worker's BLAS and OpenMP use ``cpu_count() // n_jobs`` threads unless
-    ``inner_max_num_threads`` says otherwise; an array argument of more
-    than ``max_nbytes`` goes to the workers once per loop, read-only unless
-    ``mmap_mode`` is "r+" or "w+". Unlike loky's, arrays go to the workers
-    and back through mizu's shared memory, results included; ``temp_folder``
-    has nothing to do.
+    ``inner_max_num_threads`` says otherwise; an array of more than
+    ``max_nbytes`` anywhere in the arguments (in a pandas object too) goes
+    to the workers once per loop, read-only unless ``mmap_mode`` is "r+"
+    or "w+". Unlike loky's, arrays go to the workers and back through
+    mizu's shared memory, results included; ``temp_folder`` has nothing to
+    do.
     """
 
     supports_retrieve_callback = True
@@ -280,9 +264,7 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         return n_jobs
 
     def submit(self, func, callback=None):
-        if self._arrays is not None:
-            self._arrays.share(func.items)
-        future = self._workers.submit(_run_batch, _Batch(func))
+        future = self._workers.submit(_run_batch, _Batch(func, self._arrays))
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         if callback is not None:

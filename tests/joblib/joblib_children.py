@@ -29,19 +29,41 @@ def fill_then_first(array, value):
 
 
 def block_of(array):
-    """The address of the arena block array lies in, or None if it is this process's own memory."""
+    """The arena block array lies in, named alike in every process (its arena, segment and offset), or None if
+    it is this process's own memory."""
     import mizu
 
     found = mizu.arena_block(array)
-    return None if found is None else found[0].address
+    return None if found is None else (found[0].arena_id, found[0].segment_id, found[0].offset)
+
+
+class Holder:
+    """An object that holds an array, as a model or a dataset class does."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+def set_first(value, item):
+    """Set the first item of a pandas Series or DataFrame in place, then return it."""
+    if value.ndim == 1:
+        value.iloc[0] = item
+        return int(value.iloc[0])
+    value.iloc[0, 0] = item
+    return int(value.iloc[0, 0])
 
 
 def _array_inside(value):
-    """The first numpy array in value, itself or in its lists, tuples and dicts."""
+    """The first numpy array in value, itself, the data of a pandas object or a Holder, or in its lists, tuples
+    and dicts."""
     import numpy as np
 
     if isinstance(value, np.ndarray):
         return value
+    if isinstance(value, Holder):
+        return value.array
+    if hasattr(value, "to_numpy"):
+        return value.to_numpy()   # a view of the one block of a Series, or of a DataFrame of one dtype
     for item in value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ():
         found = _array_inside(item)
         if found is not None:

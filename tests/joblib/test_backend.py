@@ -275,12 +275,12 @@ def test_a_list_holding_a_large_array_passed_twice_to_a_call_is_one_list_in_it(b
 
 
 _HOLDERS = {"list": lambda a: [1, a], "tuple": lambda a: ("x", (a,)), "dict": lambda a: {"data": a},
-            "keyword": lambda a: a}
+            "keyword": lambda a: a, "object": joblib_children.Holder, "deep list": lambda a: [[[[[[a]]]]]]}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("holder", list(_HOLDERS))
-def test_a_large_array_inside_a_list_tuple_or_dict_argument_is_read_only_as_loky_makes_it(backend, holder):
+def test_a_large_array_inside_an_argument_is_read_only_as_loky_makes_it(backend, holder):
     big = np.zeros(1 << 18)
     wrap = _HOLDERS[holder]
     with parallel_config(backend=backend, n_jobs=2):
@@ -289,6 +289,37 @@ def test_a_large_array_inside_a_list_tuple_or_dict_argument_is_read_only_as_loky
         else:
             calls = (delayed(joblib_children.writeable_inside)(wrap(big)) for _ in range(2))
         assert Parallel()(calls) == [False, False]
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError as exc:
+        require(False, f"pandas is not installed ({exc}): pip install pandas")
+    return pandas
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["DataFrame", "Series"])
+def test_a_large_pandas_argument_is_read_only_in_the_workers_unless_asked(backend, kind):
+    pd = _pandas()
+    data = np.zeros((1 << 16, 4))   # 2 MB, over max_nbytes
+    value = pd.DataFrame(data, columns=list("abcd")) if kind == "DataFrame" else pd.Series(data.ravel())
+    with parallel_config(backend=backend, n_jobs=2):
+        with pytest.raises(ValueError, match="read-only"):
+            Parallel()(delayed(joblib_children.set_first)(value, i) for i in range(4))
+        assert Parallel(max_nbytes=None)(delayed(joblib_children.set_first)(value, i) for i in range(4)) == [0, 1, 2, 3]
+        assert Parallel(mmap_mode="r+")(delayed(joblib_children.set_first)(value, 7) for _ in range(4)) == [7] * 4
+    assert not value.to_numpy().any(), "the caller's frame is never written"
+
+
+def test_a_large_pandas_argument_goes_to_the_workers_once_per_loop():
+    pd = _pandas()
+    frame = pd.DataFrame(np.arange(1 << 18, dtype=np.float64).reshape(-1, 4), columns=list("abcd"))   # 2 MB
+    series = pd.Series(np.arange(1 << 18, dtype=np.float64))
+    with parallel_config(backend="mizu", n_jobs=2):
+        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [frame, series] * 4)
+    assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
