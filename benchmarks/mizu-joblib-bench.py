@@ -4,8 +4,10 @@ Each loop is ``Parallel(n_jobs=4)`` over delayed calls, run in turn with
 each backend (and with "sequential", which runs them in this process at
 joblib's own cost per call), several times; the first call of each backend, which starts
 its workers, is not timed. The loops: 100,000 trivial calls, 2,000 calls of
-~5 us of pure Python, and 16 calls that each take a 100 MB float64 array
-and return its sum and a new 100 MB array (its negation). Then a
+~5 us of pure Python, 16 calls that each take a 100 MB float64 array
+and return its sum and a new 100 MB array (its negation), and, when pandas
+is installed, 16 calls that each take those numbers as a DataFrame and
+return the sum of its last row. Then a
 scikit-learn grid search (a random forest's depths and sizes, 3-fold,
 n_jobs=4) under parallel_config(backend="mizu") and "loky", in
 alternation, when scikit-learn is installed. Medians are printed, per task for the loops,
@@ -44,6 +46,10 @@ def sum_and_negative(a):
     return a.sum(), np.negative(a)
 
 
+def last_row_total(frame):
+    return float(frame.iloc[-1].sum())
+
+
 def grid_search(backend, quick):
     from sklearn.datasets import make_classification
     from sklearn.ensemble import RandomForestClassifier
@@ -71,6 +77,15 @@ def main(argv=None):
         (f"16 calls on {big.nbytes >> 20} MB, returning {big.nbytes >> 20} MB", sum_and_negative, [big] * 16,
          lambda got: len(got) == 16 and np.isclose(got[0][0], big.sum()) and got[-1][1][7] == -big[7]),
     ]
+    try:
+        import pandas
+    except ImportError:
+        print("pandas is not installed: no loop on a DataFrame")
+    else:
+        frame = pandas.DataFrame(big.reshape(-1, 4), columns=list("abcd"))
+        total = last_row_total(frame)
+        loops.append((f"16 calls on a {big.nbytes >> 20} MB DataFrame", last_row_total, [frame] * 16,
+                      lambda got: got == [total] * 16))
     # "sequential" runs each loop in this process: joblib's own cost per call, the floor of the others.
     names = ["mizu", "loky", "multiprocessing", "threading", "sequential"]
     samples = {(title, name): [] for title, *_ in loops for name in names}
