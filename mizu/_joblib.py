@@ -37,27 +37,30 @@ _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "te
 class _LoopArrays:
     """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
 
-    A plain numpy array of more than max_nbytes bytes anywhere in a call's
-    arguments (in containers, pandas objects, any object that pickles its
-    arrays, but not captured by a lambda or closure, which travels with its
-    function), not in shared memory already, is copied into an arena block
-    the first time a call takes it; the loop's later calls that take the
-    same array get that block. With mmap_mode "r" (joblib's default) the
-    copy is read-only in the workers, as loky's memmaps are; with "r+" or
-    "w+" the loop's tasks share it writable. A copy whose array has gone
-    goes when the next copy is made; the others go once the loop has ended
-    and its batches are gone.
+    A plain numpy array or a numpy.memmap of more than max_nbytes bytes
+    anywhere in a call's arguments (in containers, pandas objects, any
+    object that pickles its arrays, but not captured by a lambda or
+    closure, which travels with its function), not in shared memory
+    already, is copied into an arena block the first time a call takes it;
+    the loop's later calls that take the same array get that block. With
+    mmap_mode "r" (joblib's default) the copy is read-only in the workers,
+    as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
+    writable. A memmap's copy is writable if the memmap is, whatever
+    mmap_mode says, as loky keeps a memmap's mode; but where loky's workers
+    map the memmap's file, the copy takes none of their writes to it. A
+    copy whose array has gone goes when the next copy is made; the others
+    go once the loop has ended and its batches are gone.
     """
 
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
 
-        self.ndarray, self.max_nbytes, self.writeable = numpy.ndarray, max_nbytes, mmap_mode != "r"
+        self.kinds, self.max_nbytes, self.writeable = (numpy.ndarray, numpy.memmap), max_nbytes, mmap_mode != "r"
         self.copies = {}   # id of an array: (a weak reference to it, its copy)
 
     def shared(self, value):
         """value, or the loop's copy of it in shared memory (a share of mizu._pickler.share_arrays_after)."""
-        if type(value) is not self.ndarray or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+        if type(value) not in self.kinds or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
@@ -68,7 +71,8 @@ class _LoopArrays:
         if arena_block(value) is not None:
             return value
         copy = asarray(value)
-        copy.flags.writeable = self.writeable
+        # A memmap's copy keeps its mode's writeability, as loky keeps a memmap's mode.
+        copy.flags.writeable = self.writeable if type(value) is self.kinds[0] else value.flags.writeable
         # The copies of arrays that have gone (a view made for each call) go now: no call can name them.
         for key in [key for key, (ref, _) in self.copies.items() if ref() is None]:
             del self.copies[key]

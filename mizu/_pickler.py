@@ -116,7 +116,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Sharing:
-    """How the plain arrays that one pickler meets from now on in the value it pickles go (share_arrays_after).
+    """How the plain arrays and memmaps that a pickler meets from now on in its value go (share_arrays_after).
 
     The pickler's dispatch table holds its methods, which hold it and not
     the pickler: a pickler dropped goes at once, its buffer with it.
@@ -132,6 +132,14 @@ class _Sharing:
         if self.share is not None:
             array = self.share(array)
         return _reduce_plain(array)
+
+    def reduce_memmap(self, array):
+        """A numpy.memmap's reduction: _reduce_plain's of share(array) if share gives another array, else numpy's."""
+        if self.share is not None:
+            shared = self.share(array)
+            if shared is not array:
+                return _reduce_plain(shared)
+        return array.__reduce_ex__(PROTOCOL)
 
     def reduce_sharing(self, sharer, obj):
         """The reduction of obj, an instance of a class given to share_arrays_after: its own, once sharer spoke."""
@@ -233,8 +241,9 @@ def share_arrays_after(cls, sharer):
     """Have each instance of cls, as mizu pickles it, say how the numpy arrays pickled after it go.
 
     sharer(obj) returns None, or share: a function that takes a plain
-    numpy array and returns it, or an array of the same items to send in
-    its place (a copy in shared memory that many messages reuse). The
+    numpy array or a numpy.memmap and returns it, or a plain array of the
+    same items to send in its place (a copy in shared memory that many
+    messages reuse). The
     arrays that the value being pickled holds anywhere after obj, in any
     container or object that pickles its arrays, then go as share(array);
     those of the next value go their own way again. obj itself pickles by
@@ -257,6 +266,7 @@ def _new_pickler(key):
         numpy = sys.modules["numpy"]
         dispatch[numpy.ndarray] = pickler.sharing.reduce_array
         dispatch[numpy.recarray] = dispatch[numpy.matrix] = _reduce_subclass
+        dispatch[numpy.memmap] = pickler.sharing.reduce_memmap
     for cls, sharer in _sharers.items():
         dispatch[cls] = functools.partial(pickler.sharing.reduce_sharing, sharer)
     return pickler, file, key

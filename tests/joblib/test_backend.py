@@ -322,6 +322,27 @@ def test_a_large_pandas_argument_goes_to_the_workers_once_per_loop():
     assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_large_memmap_argument_keeps_its_mode_in_the_workers_as_loky_keeps_it(backend, tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.zeros(1 << 18))   # 2 MB, over max_nbytes
+    with parallel_config(backend=backend, n_jobs=2):
+        read_only = np.load(path, mmap_mode="r")
+        with pytest.raises(ValueError, match="read-only"):
+            Parallel()(delayed(joblib_children.fill_then_first)(read_only, i) for i in range(4))
+        writable = np.load(path, mmap_mode="r+")
+        assert Parallel()(delayed(joblib_children.fill_then_first)(writable, 3) for _ in range(4)) == [3] * 4
+
+
+def test_a_large_memmap_argument_goes_to_the_workers_once_per_loop(tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.arange(1 << 18, dtype=np.float64))
+    data = np.load(path, mmap_mode="r")
+    with parallel_config(backend="mizu", n_jobs=2):
+        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [data, data[10:]] * 4)
+    assert None not in blocks and len(set(blocks[::2])) == 1
+
+
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
     folder = tmp_path
     code = ("import sys, mizu; assert 'joblib' not in sys.modules; import joblib.parallel; "
