@@ -7,9 +7,9 @@ its workers, is not timed. The loops: 100,000 trivial calls, 2,000 calls of
 ~5 us of pure Python, 16 calls that each take a 100 MB float64 array
 and return its sum and a new 100 MB array (its negation), and, when pandas
 is installed, 16 calls that each take those numbers as a DataFrame and
-return the sum of its last row. Then a
-scikit-learn grid search (a random forest's depths and sizes, 3-fold,
-n_jobs=4) under parallel_config(backend="mizu") and "loky", in
+return the sum of its last row. Then a scikit-learn grid search (a random
+forest's depths and sizes, 3-fold, n_jobs=4) under
+parallel_config(backend="mizu") and "loky", in
 alternation, when scikit-learn is installed. Medians are printed, per task for the loops,
 with mizu's speed-up over each. While it runs, it names on stderr each loop
 and backend; --json also writes the table, with every sample, to a file.

@@ -46,8 +46,9 @@ class _LoopArrays:
     mmap_mode "r" (joblib's default) the copy is read-only in the workers,
     as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
     writable. A memmap's copy is writable if the memmap is, whatever
-    mmap_mode says, as loky keeps a memmap's mode; but where loky's workers
-    map the memmap's file, the copy takes none of their writes to it. A
+    mmap_mode says, as loky keeps a memmap's mode, and a copy-on-write
+    memmap ("c") goes as a copy for each call; but where loky's workers map
+    the memmap's file, the copy takes none of their writes to it. A
     copy whose array has gone goes when the next copy is made; the others
     go once the loop has ended and its batches are gone.
     """
@@ -62,6 +63,9 @@ class _LoopArrays:
         """value, or the loop's copy of it in shared memory (a share of mizu._pickler.share_arrays_after)."""
         if type(value) not in self.kinds or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
+        if type(value) is self.kinds[1] and value.mode == "c":
+            # Copy-on-write: each call gets a copy of its own, as each of loky's maps the file privately.
+            return value.view(self.kinds[0])
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
             return found[1]
@@ -206,9 +210,9 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     ``inner_max_num_threads`` says otherwise; an array of more than
     ``max_nbytes`` anywhere in the arguments (in a pandas object too) goes
     to the workers once per loop, read-only unless ``mmap_mode`` is "r+"
-    or "w+". Unlike loky's, arrays go to the workers and back through
-    mizu's shared memory, results included; ``temp_folder`` has nothing to
-    do.
+    or "w+" (a numpy.memmap keeps its own mode). Unlike loky's, arrays go
+    to the workers and back through mizu's shared memory, results
+    included; ``temp_folder`` has nothing to do.
     """
 
     supports_retrieve_callback = True

@@ -119,7 +119,7 @@ class _Sharing:
     """How the plain arrays and memmaps that a pickler meets from now on in its value go (share_arrays_after).
 
     The pickler's dispatch table holds its methods, which hold it and not
-    the pickler: a pickler dropped goes at once, its buffer with it.
+    the pickler: they add no reference cycle.
     """
 
     __slots__ = ("share",)
@@ -235,6 +235,7 @@ class _ByValuePickler(_Pickler):
 
 _local = threading.local()
 _sharers = {}   # a class: its sharer (share_arrays_after)
+_sharers_named = 0   # how many times share_arrays_after was called: a pickler made before is made again
 
 
 def share_arrays_after(cls, sharer):
@@ -243,19 +244,20 @@ def share_arrays_after(cls, sharer):
     sharer(obj) returns None, or share: a function that takes a plain
     numpy array or a numpy.memmap and returns it, or a plain array of the
     same items to send in its place (a copy in shared memory that many
-    messages reuse). The
-    arrays that the value being pickled holds anywhere after obj, in any
-    container or object that pickles its arrays, then go as share(array);
-    those of the next value go their own way again. obj itself pickles by
-    its ``__reduce_ex__``.
+    messages reuse). The arrays that the value being pickled holds anywhere
+    after obj, in any container or object that pickles its arrays, then go
+    as share(array); those of the next value go their own way again. obj
+    itself pickles by its ``__reduce_ex__``.
     """
+    global _sharers_named
     _sharers[cls] = sharer
+    _sharers_named += 1
 
 
 def _dispatch_key():
     # The table copies copyreg's; it is made again when that changes, when
     # numpy (and so the array reducer) appears, or when a sharer is named.
-    return "numpy" in sys.modules, len(copyreg.dispatch_table), len(_sharers)
+    return "numpy" in sys.modules, len(copyreg.dispatch_table), _sharers_named
 
 
 def _new_pickler(key):
@@ -266,8 +268,8 @@ def _new_pickler(key):
         numpy = sys.modules["numpy"]
         dispatch[numpy.ndarray] = pickler.sharing.reduce_array
         dispatch[numpy.recarray] = dispatch[numpy.matrix] = _reduce_subclass
-        dispatch[numpy.memmap] = pickler.sharing.reduce_memmap
-    for cls, sharer in _sharers.items():
+        dispatch.setdefault(numpy.memmap, pickler.sharing.reduce_memmap)
+    for cls, sharer in list(_sharers.items()):
         dispatch[cls] = functools.partial(pickler.sharing.reduce_sharing, sharer)
     return pickler, file, key
 

@@ -28,9 +28,17 @@ def fill_then_first(array, value):
     return int(array[0])
 
 
+def add_then_first(array, value):
+    """Add value to every item of array, then return its first item."""
+    array += value
+    return int(array[0])
+
+
 def block_of(array):
-    """The arena block array lies in, named alike in every process (its arena, segment and offset), or None if
-    it is this process's own memory."""
+    """The arena block that array lies in, as (arena, segment, offset), or None for this process's own memory.
+
+    Every process names a block alike, where its address differs.
+    """
     import mizu
 
     found = mizu.arena_block(array)
@@ -54,8 +62,7 @@ def set_first(value, item):
 
 
 def _array_inside(value):
-    """The first numpy array in value, itself, the data of a pandas object or a Holder, or in its lists, tuples
-    and dicts."""
+    """The first numpy array in value: itself, a pandas object's data, a Holder's, or in its lists, tuples and dicts."""
     import numpy as np
 
     if isinstance(value, np.ndarray):

@@ -330,6 +330,8 @@ def test_a_large_memmap_argument_keeps_its_mode_in_the_workers_as_loky_keeps_it(
         read_only = np.load(path, mmap_mode="r")
         with pytest.raises(ValueError, match="read-only"):
             Parallel()(delayed(joblib_children.fill_then_first)(read_only, i) for i in range(4))
+        private = np.load(path, mmap_mode="c")   # copy-on-write: each call's writes are its own
+        assert Parallel()(delayed(joblib_children.add_then_first)(private, 1) for _ in range(6)) == [1] * 6
         writable = np.load(path, mmap_mode="r+")
         assert Parallel()(delayed(joblib_children.fill_then_first)(writable, 3) for _ in range(4)) == [3] * 4
 
@@ -340,7 +342,7 @@ def test_a_large_memmap_argument_goes_to_the_workers_once_per_loop(tmp_path):
     data = np.load(path, mmap_mode="r")
     with parallel_config(backend="mizu", n_jobs=2):
         blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [data, data[10:]] * 4)
-    assert None not in blocks and len(set(blocks[::2])) == 1
+    assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
