@@ -36,6 +36,8 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 PROTOCOL = 5
 BY_VALUE_VARIABLE = "MIZU_BY_VALUE"
@@ -234,7 +236,7 @@ class _ByValuePickler(_Pickler):
 
 
 _local = threading.local()
-_sharers = {}   # a class: its sharer (share_arrays_after)
+_sharers: dict[type, Callable[[Any], Any]] = {}   # a class: its sharer (share_arrays_after)
 _sharers_named = 0   # how many times share_arrays_after was called: a pickler made before is made again
 
 
