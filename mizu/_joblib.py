@@ -56,16 +56,18 @@ class _LoopArrays:
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
 
-        self.kinds, self.max_nbytes, self.writeable = (numpy.ndarray, numpy.memmap), max_nbytes, mmap_mode != "r"
+        self.ndarray, self.memmap = numpy.ndarray, numpy.memmap
+        self.max_nbytes, self.writeable = max_nbytes, mmap_mode != "r"
         self.copies = {}   # id of an array: (a weak reference to it, its copy)
 
     def shared(self, value):
         """value, or the loop's copy of it in shared memory (a share of mizu._pickler.share_arrays_after)."""
-        if type(value) not in self.kinds or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+        kind = type(value)
+        if kind not in (self.ndarray, self.memmap) or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
-        if type(value) is self.kinds[1] and value.mode == "c":
+        if kind is self.memmap and value.mode == "c":
             # Copy-on-write: each call gets a copy of its own, as each of loky's maps the file privately.
-            return value.view(self.kinds[0])
+            return value.view(self.ndarray)
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
             return found[1]
@@ -76,7 +78,7 @@ class _LoopArrays:
             return value
         copy = asarray(value)
         # A memmap's copy keeps its mode's writeability, as loky keeps a memmap's mode.
-        copy.flags.writeable = self.writeable if type(value) is self.kinds[0] else value.flags.writeable
+        copy.flags.writeable = self.writeable if kind is self.ndarray else value.flags.writeable
         # The copies of arrays that have gone (a view made for each call) go now: no call can name them.
         for key in [key for key, (ref, _) in self.copies.items() if ref() is None]:
             del self.copies[key]
