@@ -47,7 +47,7 @@ class _LoopArrays:
     as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
     writable. A memmap's copy is writable if the memmap is, whatever
     mmap_mode says, as loky keeps a memmap's mode, and a copy-on-write
-    memmap ("c") goes as a copy for each call; but where loky's workers map
+    memmap ("c") goes as a copy for each batch; but where loky's workers map
     the memmap's file, the copy takes none of their writes to it. A
     copy whose array has gone goes when the next copy is made; the others
     go once the loop has ended and its batches are gone.
@@ -66,7 +66,8 @@ class _LoopArrays:
         if kind not in (self.ndarray, self.memmap) or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         if kind is self.memmap and value.mode == "c":
-            # Copy-on-write: each call gets a copy of its own, as each of loky's maps the file privately.
+            # Copy-on-write: each batch gets a copy of its own, as each of loky's maps the file privately
+            # (a batch's pickle holds the memmap once, whatever number of its calls take it).
             return value.view(self.ndarray)
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:

@@ -330,8 +330,10 @@ def test_a_large_memmap_argument_keeps_its_mode_in_the_workers_as_loky_keeps_it(
         read_only = np.load(path, mmap_mode="r")
         with pytest.raises(ValueError, match="read-only"):
             Parallel()(delayed(joblib_children.fill_then_first)(read_only, i) for i in range(4))
-        private = np.load(path, mmap_mode="c")   # copy-on-write: each call's writes are its own
-        assert Parallel()(delayed(joblib_children.add_then_first)(private, 1) for _ in range(6)) == [1] * 6
+        # Copy-on-write: each batch's writes are its own; the calls of one batch share the batch's copy.
+        private = np.load(path, mmap_mode="c")
+        assert Parallel(batch_size=1)(delayed(joblib_children.add_then_first)(private, 1) for _ in range(6)) == [1] * 6
+        assert Parallel(batch_size=2)(delayed(joblib_children.add_then_first)(private, 1) for _ in range(4)) == [1, 2] * 2
         writable = np.load(path, mmap_mode="r+")
         assert Parallel()(delayed(joblib_children.fill_then_first)(writable, 3) for _ in range(4)) == [3] * 4
 
