@@ -14,7 +14,8 @@ its bytes out of band, only sooner (`_reduce_plain`).
 
 An object may say, as it is pickled, how the arrays pickled after it in
 the same value go (`share_arrays_after`): joblib's backend sends a loop's
-large arrays once that way.
+large arrays once that way, and arrays that a numpy.memmap maps from a
+file as mappings of that file (`file_mapping`).
 
 Each thread reuses one pickler and its buffer, which saves building them for
 every message.
@@ -55,6 +56,58 @@ def _from_buffer(buffer, typecode, shape, order):
     """A contiguous array of a builtin number type unpickled from its bytes, as numpy's own pickle rebuilds it."""
     import numpy
     return numpy.frombuffer(buffer, typecode).reshape(shape, order=order)
+
+
+def _mapped(filename, mode, offset, dtype, shape, order, strides, nbytes, first):
+    """An array whose bytes a file maps (file_mapping's reduction): a numpy.memmap, or a strided view of one."""
+    import numpy
+    if strides is None:
+        return numpy.memmap(filename, dtype, mode, offset, shape, order)
+    span = numpy.memmap(filename, numpy.uint8, mode, offset, (nbytes,))
+    return numpy.ndarray(shape, dtype, buffer=span, offset=first, strides=strides)
+
+
+def file_mapping(array):
+    """A reduction of array by which the process that unpickles it maps its bytes from their file, or None.
+
+    array is a numpy.memmap, or any array that views one, over a file that
+    it maps shared ("r", "r+" or "w+"). It arrives as a numpy.memmap (a
+    strided view of one if it is neither C- nor Fortran-contiguous) over the
+    same bytes of the same file, read-only if the memmap was opened "r" or
+    array is read-only: writes to it reach the file, and the sender sees
+    them. None if its memory is the process's own (a copy-on-write memmap's
+    may differ from its file), if it is empty, or if its file is gone or
+    shorter than it.
+    """
+    import mmap
+
+    import numpy
+
+    from mizu._arena import _span
+
+    owner = array
+    while isinstance(owner.base, numpy.ndarray):
+        owner = owner.base
+    if not (isinstance(owner, numpy.memmap) and isinstance(owner.base, mmap.mmap)):
+        return None
+    filename = owner.filename
+    if filename is None or owner.mode == "c" or array.size == 0:
+        return None
+    address = array.__array_interface__["data"][0]
+    low, nbytes = _span(address, array.shape, array.strides, array.itemsize, False)
+    # The owner's first byte is the file's byte at its offset.
+    offset = owner.offset + low - owner.__array_interface__["data"][0]
+    try:
+        if os.stat(filename).st_size < offset + nbytes:
+            return None
+    except OSError:
+        return None
+    mode = "r" if owner.mode == "r" or not array.flags.writeable else "r+"   # "w+" again would empty the file
+    flags = array.flags
+    if flags.c_contiguous or flags.f_contiguous:
+        return _mapped, (filename, mode, offset, array.dtype, array.shape, "C" if flags.c_contiguous else "F",
+                         None, nbytes, 0)
+    return _mapped, (filename, mode, offset, array.dtype, array.shape, "C", array.strides, nbytes, address - low)
 
 
 def _as_subclass(cls, func, args):
@@ -133,12 +186,16 @@ class _Sharing:
         """A plain numpy array's reduction: _reduce_plain's, of share(array) once an object named share."""
         if self.share is not None:
             array = self.share(array)
+            if type(array) is tuple:
+                return array
         return _reduce_plain(array)
 
     def reduce_memmap(self, array):
-        """A numpy.memmap's reduction: _reduce_plain's of share(array) if share gives another array, else numpy's."""
+        """A numpy.memmap's reduction: that of what share(array) gives (see reduce_array), or numpy's."""
         if self.share is not None:
             shared = self.share(array)
+            if type(shared) is tuple:
+                return shared
             if shared is not array:
                 return _reduce_plain(shared)
         return array.__reduce_ex__(PROTOCOL)
@@ -246,10 +303,11 @@ def share_arrays_after(cls, sharer):
     sharer(obj) returns None, or share: a function that takes a plain
     numpy array or a numpy.memmap and returns it, or a plain array of the
     same items to send in its place (a copy in shared memory that many
-    messages reuse). The arrays that the value being pickled holds anywhere
-    after obj, in any container or object that pickles its arrays, then go
-    as share(array); those of the next value go their own way again. obj
-    itself pickles by its ``__reduce_ex__``.
+    messages reuse), or a reduction (a tuple) to pickle it by, such as
+    `file_mapping`'s. The arrays that the value being pickled holds
+    anywhere after obj, in any container or object that pickles its
+    arrays, then go as share(array); those of the next value go their own
+    way again. obj itself pickles by its ``__reduce_ex__``.
     """
     global _sharers_named
     _sharers[cls] = sharer

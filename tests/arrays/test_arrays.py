@@ -2,7 +2,9 @@
 
 import gc
 import multiprocessing
+import os
 import pickle
+import tempfile
 import threading
 
 import numpy as np
@@ -14,6 +16,7 @@ from hypothesis.extra import numpy as hnp
 import arrays_children
 import mizu
 from mizu import _arena
+from mizu._pickler import file_mapping
 
 shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)
 dtypes = st.one_of(
@@ -340,6 +343,57 @@ class _Nested:
 
         _Nested.seen.append(loads(dumps(self.inner)))
         return int, ()
+
+
+@given(
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=6),
+    dtype=st.sampled_from(["f8", "i2", "u1", "c16", "M8[ms]", "S3", ">i4"]),
+    order=st.sampled_from(["C", "F"]),
+    header=st.integers(0, 9000),
+    data=st.data(),
+    mode=st.sampled_from(["r", "r+", "w+", "c"]),
+)
+def test_a_memmap_view_pickled_by_its_file_mapping_is_the_same_bytes_of_the_same_file(
+        shape, dtype, order, header, data, mode):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "data")
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        items = (np.arange(nbytes) % 251 + 1).astype(np.uint8)   # no item's bytes all zero
+        if mode == "w+":
+            mapped = np.memmap(path, dtype, mode, header, shape, order)
+            mapped.ravel(order="K").view(np.uint8)[:] = items
+        else:
+            with open(path, "wb") as file:
+                file.write(bytes(header) + items.tobytes())
+            mapped = np.memmap(path, dtype, mode, header, shape, order)
+        index = tuple(slice(None, None, data.draw(st.sampled_from([1, 2, -1, -3]))) for _ in shape)
+        view = mapped[(*index, ...)].transpose(data.draw(st.permutations(range(len(shape)))))
+        if data.draw(st.booleans()):
+            view = np.asarray(view)
+        reduction = file_mapping(view)
+        if mode == "c":
+            assert reduction is None, "a copy-on-write memmap's memory may differ from its file"
+            return
+        func, args = pickle.loads(pickle.dumps(reduction))
+        got = func(*args)
+        assert (got.shape, got.dtype, got.tobytes()) == (view.shape, view.dtype, view.tobytes())
+        assert got.flags.writeable == (mode != "r")
+        if mode != "r":
+            got.flat[0] = np.zeros((), dtype)
+            assert np.ravel(view)[:1].tobytes() == bytes(view.itemsize), "got maps the bytes that view maps"
+        del got, view, mapped
+
+
+def test_a_memmap_whose_file_is_gone_or_shorter_has_no_file_mapping(tmp_path):
+    path = tmp_path / "data"
+    np.arange(1000.0).tofile(path)
+    mapped = np.memmap(path, np.float64, "r")
+    assert file_mapping(mapped[10:]) is not None
+    os.truncate(path, 8 * 500)
+    assert file_mapping(mapped[10:]) is None
+    assert file_mapping(mapped[:400]) is not None
+    os.unlink(path)
+    assert file_mapping(mapped[:400]) is None
 
 
 class _Unpicklable:
