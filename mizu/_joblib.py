@@ -25,7 +25,7 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
 
 from mizu._errors import call_repr
 from mizu._executor import ProcessPoolExecutor
-from mizu._pickler import share_arrays_after
+from mizu._pickler import file_mapping, share_arrays_after
 
 # What Parallel and parallel_config pass on to a backend that the mizu backend takes: the initializer,
 # the multiprocessing context (its start method), and joblib's memmapping options: max_nbytes and
@@ -35,39 +35,52 @@ _OPTIONS = {"initializer", "initargs", "context", "max_nbytes", "mmap_mode", "te
 
 
 class _LoopArrays:
-    """The arrays of one loop's calls that go to shared memory once, as joblib memmaps them once.
+    """How one loop's arrays go to the workers, as loky's memmapping sends them.
 
-    A plain numpy array or a numpy.memmap of more than max_nbytes bytes
-    anywhere in a call's arguments (in containers, pandas objects, any
-    object that pickles its arrays, but not captured by a lambda or
+    An array that a numpy.memmap maps shared from a file (a memmap opened
+    "r", "r+" or "w+", a slice of one, ``numpy.asarray`` of one), of any
+    size, goes as a mapping of the same bytes of that file, in the memmap's
+    own mode as loky keeps it: workers' writes to an "r+" memmap reach its
+    file.
+
+    Any other plain numpy array or numpy.memmap of more than max_nbytes
+    bytes anywhere in a call's arguments (in containers, pandas objects,
+    any object that pickles its arrays, but not captured by a lambda or
     closure, which travels with its function), not in shared memory
     already, is copied into an arena block the first time a call takes it;
     the loop's later calls that take the same array get that block. With
     mmap_mode "r" (joblib's default) the copy is read-only in the workers,
     as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
-    writable. A memmap's copy is writable if the memmap is, whatever
-    mmap_mode says, as loky keeps a memmap's mode, and a copy-on-write
-    memmap ("c") goes as a copy for each batch; but where loky's workers map
-    the memmap's file, the copy takes none of their writes to it. A
-    copy whose array has gone goes when the next copy is made; the others
-    go once the loop has ended and its batches are gone.
+    writable. max_nbytes None, or mmap_mode "c", makes no copies: such an
+    array goes with each batch. A memmap whose file cannot be mapped (its
+    file gone) is copied the same way, writable if the memmap is, and a
+    copy-on-write memmap ("c") goes with each batch, as each of loky's
+    batches maps its file privately (a batch's pickle holds it once,
+    whatever number of its calls take it). A copy whose array has gone
+    goes when the next copy is made; the others go once the loop has ended
+    and its batches are gone.
     """
 
     def __init__(self, max_nbytes, mmap_mode):
         import numpy
 
         self.ndarray, self.memmap = numpy.ndarray, numpy.memmap
-        self.max_nbytes, self.writeable = max_nbytes, mmap_mode != "r"
+        self.max_nbytes = max_nbytes if mmap_mode in ("r", "r+", "w+") else None
+        self.writeable = mmap_mode != "r"
         self.copies = {}   # id of an array: (a weak reference to it, its copy)
 
     def shared(self, value):
-        """value, or the loop's copy of it in shared memory (a share of mizu._pickler.share_arrays_after)."""
+        """value, its loop's copy in shared memory, or its file's mapping (a share of share_arrays_after)."""
         kind = type(value)
-        if kind not in (self.ndarray, self.memmap) or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
+        if kind is not self.ndarray and kind is not self.memmap:
+            return value
+        if value.base is not None:
+            mapping = file_mapping(value)
+            if mapping is not None:
+                return mapping
+        if self.max_nbytes is None or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         if kind is self.memmap and value.mode == "c":
-            # Copy-on-write: each batch gets a copy of its own, as each of loky's maps the file privately
-            # (a batch's pickle holds the memmap once, whatever number of its calls take it).
             return value.view(self.ndarray)
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
@@ -213,9 +226,10 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     ``inner_max_num_threads`` says otherwise; an array of more than
     ``max_nbytes`` anywhere in the arguments (in a pandas object too) goes
     to the workers once per loop, read-only unless ``mmap_mode`` is "r+"
-    or "w+" (a numpy.memmap keeps its own mode). Unlike loky's, arrays go
-    to the workers and back through mizu's shared memory, results
-    included; ``temp_folder`` has nothing to do.
+    or "w+"; an array that a numpy.memmap maps from a file goes as a
+    mapping of that file, in the memmap's own mode. Unlike loky's, other
+    arrays go to the workers and back through mizu's shared memory,
+    results included; ``temp_folder`` has nothing to do.
     """
 
     supports_retrieve_callback = True
@@ -269,9 +283,7 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
         self._workers = _take_pool(n_jobs, env, self._initializer, self._initargs, self._context)
         self._pending = set()
         max_nbytes, mmap_mode = options.get("max_nbytes", 1 << 20), options.get("mmap_mode", "r")
-        numpy_loaded = "numpy" in sys.modules
-        self._arrays = (_LoopArrays(max_nbytes, mmap_mode)
-                        if numpy_loaded and max_nbytes is not None and mmap_mode in ("r", "r+", "w+") else None)
+        self._arrays = _LoopArrays(max_nbytes, mmap_mode) if "numpy" in sys.modules else None
         return n_jobs
 
     def submit(self, func, callback=None):

@@ -34,6 +34,18 @@ def add_then_first(array, value):
     return int(array[0])
 
 
+def mark_first(array, value):
+    """(the file that a numpy.memmap under array maps, or None, the sum of array's items), then value written over its first."""
+    import numpy as np
+
+    owner = array
+    while owner is not None and not isinstance(owner, np.memmap):
+        owner = getattr(owner, "base", None)
+    found = None if owner is None else str(owner.filename), float(array.sum())
+    array.flat[0] = value
+    return found
+
+
 def block_of(array):
     """The arena block that array lies in, as (arena, segment, offset), or None for this process's own memory.
 

@@ -338,13 +338,38 @@ def test_a_large_memmap_argument_keeps_its_mode_in_the_workers_as_loky_keeps_it(
         assert Parallel()(delayed(joblib_children.fill_then_first)(writable, 3) for _ in range(4)) == [3] * 4
 
 
-def test_a_large_memmap_argument_goes_to_the_workers_once_per_loop(tmp_path):
+def test_a_memmap_whose_file_cannot_serve_goes_as_the_caller_sees_it(tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.zeros(1 << 18))   # 2 MB, over max_nbytes
+    private = np.load(path, mmap_mode="c")
+    private[0] = 5   # in the caller's memory only, where loky's workers would read the file's 0
+    gone = np.load(path, mmap_mode="r")
+    os.unlink(path)
+    with parallel_config(backend="mizu", n_jobs=2):
+        assert Parallel()(delayed(joblib_children.add_then_first)(private, 1) for _ in range(2)) == [6, 6]
+        with pytest.raises(ValueError, match="read-only"):
+            Parallel()(delayed(joblib_children.fill_then_first)(gone, 1) for _ in range(2))
+        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [gone, gone[10:]] * 4)
+    assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1, "once per loop"
+    assert private[0] == 5
+
+
+MEMMAP_VIEWS = {"itself": lambda m: m, "a slice": lambda m: m[5:], "numpy.asarray": np.asarray,
+                "reversed, strided": lambda m: m[::-2], "a small slice": lambda m: m[:10],
+                "a column": lambda m: m.reshape(-1, 4)[:, 1]}
+
+
+# loky's worker crashes (SIGSEGV) on a view with negative strides: it strides from the lowest byte the view spans.
+@pytest.mark.parametrize(("view", "backend"), [(view, backend) for view in sorted(MEMMAP_VIEWS) for backend in BACKENDS
+                                               if (view, backend) != ("reversed, strided", "loky")])
+def test_a_memmap_argument_maps_its_file_in_the_workers_as_loky_maps_it(view, backend, tmp_path):
     path = tmp_path / "data.npy"
     np.save(path, np.arange(1 << 18, dtype=np.float64))
-    data = np.load(path, mmap_mode="r")
-    with parallel_config(backend="mizu", n_jobs=2):
-        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [data, data[10:]] * 4)
-    assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1
+    array = MEMMAP_VIEWS[view](np.load(path, mmap_mode="r+"))
+    with parallel_config(backend=backend, n_jobs=2):
+        found = Parallel()(delayed(joblib_children.mark_first)(array, -7) for _ in range(1))
+    assert found == [(str(path), float(MEMMAP_VIEWS[view](np.arange(1 << 18, dtype=np.float64)).sum()))]
+    assert array.flat[0] == -7 and (np.load(path) == -7).sum() == 1, "the worker's write reaches the file"
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
