@@ -5,9 +5,11 @@ each backend (and with "sequential", which runs them in this process at
 joblib's own cost per call), several times; the first call of each backend, which starts
 its workers, is not timed. The loops: 100,000 trivial calls, 2,000 calls of
 ~5 us of pure Python, 16 calls that each take a 100 MB float64 array
-and return its sum and a new 100 MB array (its negation), and, when pandas
-is installed, 16 calls that each take those numbers as a DataFrame and
-return the sum of its last row. Then a scikit-learn grid search (a random
+and return its sum and a new 100 MB array (its negation), 16 calls that
+each take those numbers as a numpy.memmap of a file (``joblib.load(path,
+mmap_mode="r")``) and return its last item, and, when pandas is
+installed, 16 calls that each take them as a DataFrame and return the sum
+of its last row. Then a scikit-learn grid search (a random
 forest's depths and sizes, 3-fold, n_jobs=4) under
 parallel_config(backend="mizu") and "loky", in
 alternation, when scikit-learn is installed. Medians are printed, per task for the loops,
@@ -21,6 +23,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 import joblib
@@ -44,6 +47,10 @@ def five_us(x):
 
 def sum_and_negative(a):
     return a.sum(), np.negative(a)
+
+
+def last_item(array):
+    return float(array[-1])
 
 
 def last_row_total(frame):
@@ -77,6 +84,11 @@ def main(argv=None):
         (f"16 calls on {big.nbytes >> 20} MB, returning {big.nbytes >> 20} MB", sum_and_negative, [big] * 16,
          lambda got: len(got) == 16 and np.isclose(got[0][0], big.sum()) and got[-1][1][7] == -big[7]),
     ]
+    folder = tempfile.TemporaryDirectory()
+    joblib.dump(big, os.path.join(folder.name, "big.joblib"))
+    mapped = joblib.load(os.path.join(folder.name, "big.joblib"), mmap_mode="r")
+    loops.append((f"16 calls on a {big.nbytes >> 20} MB memmap", last_item, [mapped] * 16,
+                  lambda got: got == [float(big[-1])] * 16))
     try:
         import pandas
     except ImportError:
@@ -134,6 +146,7 @@ def main(argv=None):
               f"mizu {med['mizu']:.3f}, loky {med['loky']:.3f}, {med['loky'] / med['mizu']:.2f}x")
         rows.append({"row": "scikit-learn grid search", "unit": "s", "median": med,
                      "samples": {n: searches[n] for n in ("mizu", "loky")}})
+    folder.cleanup()
     if args.json:
         record.write(args.json, "mizu-joblib-bench", argv, args, backends=names, n_jobs=N_JOBS, rows=rows)
     return 0
