@@ -25,7 +25,7 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
 
 from mizu._errors import call_repr
 from mizu._executor import ProcessPoolExecutor
-from mizu._pickler import file_mapping, share_arrays_after
+from mizu._pickler import file_mapping, memmap_under, share_arrays_after
 
 # What Parallel and parallel_config pass on to a backend that the mizu backend takes: the initializer,
 # the multiprocessing context (its start method), and joblib's memmapping options: max_nbytes and
@@ -38,10 +38,14 @@ class _LoopArrays:
     """How one loop's arrays go to the workers, as loky's memmapping sends them.
 
     An array that a numpy.memmap maps shared from a file (a memmap opened
-    "r", "r+" or "w+", a slice of one, ``numpy.asarray`` of one), of any
-    size, goes as a mapping of the same bytes of that file, in the memmap's
-    own mode as loky keeps it: workers' writes to an "r+" memmap reach its
-    file.
+    "r", "r+" or "w+", or any view of one: a slice, ``numpy.asarray`` of
+    one, windows that as_strided makes), of any size, goes as a mapping of
+    the same bytes of that file, read-only if the memmap was opened "r" or
+    the array is read-only: workers' writes to an "r+" memmap reach its
+    file, as loky's do. One of a copy-on-write memmap ("c") goes with each
+    batch, as each of loky's batches maps its file privately (a batch's
+    pickle holds it once, whatever number of its calls take it); it holds
+    the caller's bytes, where loky's workers read the file's.
 
     Any other plain numpy array or numpy.memmap of more than max_nbytes
     bytes anywhere in a call's arguments (in containers, pandas objects,
@@ -52,13 +56,11 @@ class _LoopArrays:
     mmap_mode "r" (joblib's default) the copy is read-only in the workers,
     as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
     writable. max_nbytes None, or mmap_mode "c", makes no copies: such an
-    array goes with each batch. A memmap whose file cannot be mapped (its
-    file gone) is copied the same way, writable if the memmap is, and a
-    copy-on-write memmap ("c") goes with each batch, as each of loky's
-    batches maps its file privately (a batch's pickle holds it once,
-    whatever number of its calls take it). A copy whose array has gone
-    goes when the next copy is made; the others go once the loop has ended
-    and its batches are gone.
+    array goes with each batch. An array of a memmap whose file cannot be
+    mapped (gone, or shorter than it) is copied the same way, keeping its
+    own writeability. A copy whose array has gone goes when the next copy
+    is made; the others go once the loop has ended and its batches are
+    gone.
     """
 
     def __init__(self, max_nbytes, mmap_mode):
@@ -74,14 +76,15 @@ class _LoopArrays:
         kind = type(value)
         if kind is not self.ndarray and kind is not self.memmap:
             return value
-        if value.base is not None:
-            mapping = file_mapping(value)
+        owner = None if value.base is None else memmap_under(value)
+        if owner is not None:
+            mapping = file_mapping(value, owner)
             if mapping is not None:
                 return mapping
+            if owner.mode == "c":
+                return value.view(self.ndarray)   # the caller's bytes, with each batch
         if self.max_nbytes is None or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
-        if kind is self.memmap and value.mode == "c":
-            return value.view(self.ndarray)
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
             return found[1]
@@ -91,8 +94,8 @@ class _LoopArrays:
         if arena_block(value) is not None:
             return value
         copy = asarray(value)
-        # A memmap's copy keeps its mode's writeability, as loky keeps a memmap's mode.
-        copy.flags.writeable = self.writeable if kind is self.ndarray else value.flags.writeable
+        # A memmap's copy keeps its writeability, as loky keeps a memmap's mode.
+        copy.flags.writeable = self.writeable if owner is None and kind is self.ndarray else value.flags.writeable
         # The copies of arrays that have gone (a view made for each call) go now: no call can name them.
         for key in [key for key, (ref, _) in self.copies.items() if ref() is None]:
             del self.copies[key]

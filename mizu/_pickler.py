@@ -31,6 +31,7 @@ pickle's. Its initializer, which multiprocessing pickles, travels wrapped in
 import copyreg
 import functools
 import io
+import mmap
 import os
 import pickle
 import sys
@@ -67,47 +68,58 @@ def _mapped(filename, mode, offset, dtype, shape, order, strides, nbytes, first)
     return numpy.ndarray(shape, dtype, buffer=span, offset=first, strides=strides)
 
 
-def file_mapping(array):
+def memmap_under(array):
+    """The numpy.memmap that maps array's bytes from its file (array itself, or one under its views), or None."""
+    numpy = sys.modules["numpy"]
+    owner = array
+    while not (isinstance(owner, numpy.ndarray) and isinstance(owner.base, mmap.mmap)):
+        # Views keep their array in .base, as as_strided's and sliding_window_view's helper object does.
+        owner = getattr(owner, "base", None)
+        if owner is None:
+            return None
+    return owner if isinstance(owner, numpy.memmap) else None
+
+
+def file_mapping(array, owner=None):
     """A reduction of array by which the process that unpickles it maps its bytes from their file, or None.
 
-    array is a numpy.memmap, or any array that views one, over a file that
-    it maps shared ("r", "r+" or "w+"). It arrives as a numpy.memmap (a
-    strided view of one if it is neither C- nor Fortran-contiguous) over the
-    same bytes of the same file, read-only if the memmap was opened "r" or
-    array is read-only: writes to it reach the file, and the sender sees
-    them. None if its memory is the process's own (a copy-on-write memmap's
-    may differ from its file), if it is empty, or if its file is gone or
+    array is a numpy.memmap, or any array that views one (owner, which
+    memmap_under finds if not given), over a file that it maps shared ("r",
+    "r+" or "w+"). It arrives as a numpy.memmap (a strided view of one if
+    it is neither C- nor Fortran-contiguous) over the same bytes of the
+    file of the same name, read-only if the memmap was opened "r" or array
+    is read-only: writes to it reach the file, and the sender sees them.
+    The file is taken by its name: one put in its place since is the one
+    mapped. None if array's memory is the process's own (a copy-on-write
+    memmap's may differ from its file), if it is empty, if its memmap has
+    no file name (one of an unnamed file object), or if its file is gone or
     shorter than it.
     """
-    import mmap
-
-    import numpy
-
+    if owner is None:
+        owner = memmap_under(array)
+    if owner is None or owner.filename is None or owner.mode == "c" or array.size == 0:
+        return None
     from mizu._arena import _span
 
-    owner = array
-    while isinstance(owner.base, numpy.ndarray):
-        owner = owner.base
-    if not (isinstance(owner, numpy.memmap) and isinstance(owner.base, mmap.mmap)):
-        return None
-    filename = owner.filename
-    if filename is None or owner.mode == "c" or array.size == 0:
-        return None
     address = array.__array_interface__["data"][0]
     low, nbytes = _span(address, array.shape, array.strides, array.itemsize, False)
+    start = owner.__array_interface__["data"][0]
+    if low < start or low + nbytes > start + owner.nbytes:
+        return None   # strides made by hand (as_strided) that reach beyond the memmap
     # The owner's first byte is the file's byte at its offset.
-    offset = owner.offset + low - owner.__array_interface__["data"][0]
+    offset = owner.offset + low - start
     try:
-        if os.stat(filename).st_size < offset + nbytes:
+        if os.stat(owner.filename).st_size < offset + nbytes:
             return None
     except OSError:
         return None
     mode = "r" if owner.mode == "r" or not array.flags.writeable else "r+"   # "w+" again would empty the file
     flags = array.flags
     if flags.c_contiguous or flags.f_contiguous:
-        return _mapped, (filename, mode, offset, array.dtype, array.shape, "C" if flags.c_contiguous else "F",
-                         None, nbytes, 0)
-    return _mapped, (filename, mode, offset, array.dtype, array.shape, "C", array.strides, nbytes, address - low)
+        return _mapped, (owner.filename, mode, offset, array.dtype, array.shape,
+                         "C" if flags.c_contiguous else "F", None, nbytes, 0)
+    return _mapped, (owner.filename, mode, offset, array.dtype, array.shape, "C", array.strides, nbytes,
+                     address - low)
 
 
 def _as_subclass(cls, func, args):
@@ -183,7 +195,8 @@ class _Sharing:
         self.share = None
 
     def reduce_array(self, array):
-        """A plain numpy array's reduction: _reduce_plain's, of share(array) once an object named share."""
+        """A plain numpy array's reduction: _reduce_plain's of share(array) once an object named share, or
+        what share gives if that is a reduction (a plain tuple)."""
         if self.share is not None:
             array = self.share(array)
             if type(array) is tuple:

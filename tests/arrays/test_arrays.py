@@ -352,9 +352,10 @@ class _Nested:
     header=st.integers(0, 9000),
     data=st.data(),
     mode=st.sampled_from(["r", "r+", "w+", "c"]),
+    read_only=st.booleans(),
 )
 def test_a_memmap_view_pickled_by_its_file_mapping_is_the_same_bytes_of_the_same_file(
-        shape, dtype, order, header, data, mode):
+        shape, dtype, order, header, data, mode, read_only):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "data")
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -370,6 +371,8 @@ def test_a_memmap_view_pickled_by_its_file_mapping_is_the_same_bytes_of_the_same
         view = mapped[(*index, ...)].transpose(data.draw(st.permutations(range(len(shape)))))
         if data.draw(st.booleans()):
             view = np.asarray(view)
+        if read_only:
+            view.flags.writeable = False
         reduction = file_mapping(view)
         if mode == "c":
             assert reduction is None, "a copy-on-write memmap's memory may differ from its file"
@@ -377,8 +380,8 @@ def test_a_memmap_view_pickled_by_its_file_mapping_is_the_same_bytes_of_the_same
         func, args = pickle.loads(pickle.dumps(reduction))
         got = func(*args)
         assert (got.shape, got.dtype, got.tobytes()) == (view.shape, view.dtype, view.tobytes())
-        assert got.flags.writeable == (mode != "r")
-        if mode != "r":
+        assert got.flags.writeable == (mode != "r" and not read_only)
+        if got.flags.writeable:
             got.flat[0] = np.zeros((), dtype)
             assert np.ravel(view)[:1].tobytes() == bytes(view.itemsize), "got maps the bytes that view maps"
         del got, view, mapped
@@ -389,6 +392,9 @@ def test_a_memmap_whose_file_is_gone_or_shorter_has_no_file_mapping(tmp_path):
     np.arange(1000.0).tofile(path)
     mapped = np.memmap(path, np.float64, "r")
     assert file_mapping(mapped[10:]) is not None
+    windows = np.lib.stride_tricks.as_strided
+    assert file_mapping(windows(mapped, (100, 10), (80, 8))) is not None
+    assert file_mapping(windows(mapped, (1001,), (8,))) is None, "strides made by hand beyond the memmap"
     os.truncate(path, 8 * 500)
     assert file_mapping(mapped[10:]) is None
     assert file_mapping(mapped[:400]) is not None
@@ -422,3 +428,19 @@ def test_an_object_s_share_goes_for_the_arrays_after_it_in_its_own_value_only():
     with pytest.raises(TypeError, match="not this one"):
         dumps([_Sharer(doubled), _Unpicklable()])
     np.testing.assert_array_equal(loads(dumps(b)), b, err_msg="a pickle that failed leaves nothing behind")
+
+
+def test_a_share_may_give_a_reduction_such_as_a_memmap_s_file_mapping(tmp_path):
+    from mizu._pickler import dumps, loads, share_arrays_after
+
+    share_arrays_after(_Sharer, lambda sharer: sharer.share)
+    np.arange(100.0).tofile(tmp_path / "data")
+    mapped = np.memmap(tmp_path / "data", np.float64, "r+")
+    by_file = lambda array: file_mapping(array) or array   # noqa: E731
+    got = loads(dumps([_Sharer(by_file), mapped, mapped[::-3], np.asarray(mapped)[2:], np.arange(3)]))
+    assert [type(array) for array in got[1:]] == [np.memmap, np.ndarray, np.memmap, np.ndarray]
+    for ours, theirs in zip(got[1:], [mapped, mapped[::-3], mapped[2:], np.arange(3)]):
+        np.testing.assert_array_equal(ours, theirs)
+    got[2][0] = -1
+    assert mapped[99] == -1 and np.fromfile(tmp_path / "data")[99] == -1, "the write reaches the file"
+    assert type(loads(dumps(mapped))) is np.memmap and file_mapping(mapped) is not None

@@ -343,25 +343,35 @@ def test_a_memmap_whose_file_cannot_serve_goes_as_the_caller_sees_it(tmp_path):
     np.save(path, np.zeros(1 << 18))   # 2 MB, over max_nbytes
     private = np.load(path, mmap_mode="c")
     private[0] = 5   # in the caller's memory only, where loky's workers would read the file's 0
-    gone = np.load(path, mmap_mode="r")
+    writable, read_only = np.load(path, mmap_mode="r+"), np.load(path, mmap_mode="r")
     os.unlink(path)
     with parallel_config(backend="mizu", n_jobs=2):
-        assert Parallel()(delayed(joblib_children.add_then_first)(private, 1) for _ in range(2)) == [6, 6]
-        with pytest.raises(ValueError, match="read-only"):
-            Parallel()(delayed(joblib_children.fill_then_first)(gone, 1) for _ in range(2))
-        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [gone, gone[10:]] * 4)
+        for options in ({}, {"mmap_mode": "r+"}):
+            for value in (private, np.asarray(private), private[:]):
+                # Each batch gets a copy of its own, the caller's writes in it.
+                assert Parallel(batch_size=1, **options)(
+                    delayed(joblib_children.add_then_first)(value, 1) for _ in range(2)) == [6, 6]
+        for value in (read_only, np.asarray(read_only)):
+            with pytest.raises(ValueError, match="read-only"):
+                Parallel()(delayed(joblib_children.fill_then_first)(value, 1) for _ in range(2))
+        assert Parallel()(delayed(joblib_children.writeable_inside)(value) for value in
+                          (writable, np.asarray(writable), writable[5:])) == [True] * 3
+        blocks = Parallel()(delayed(joblib_children.block_inside)(value) for value in [read_only, read_only[10:]] * 4)
     assert None not in blocks and len(set(blocks[::2])) == 1 and len(set(blocks[1::2])) == 1, "once per loop"
     assert private[0] == 5
 
 
 MEMMAP_VIEWS = {"itself": lambda m: m, "a slice": lambda m: m[5:], "numpy.asarray": np.asarray,
-                "reversed, strided": lambda m: m[::-2], "a small slice": lambda m: m[:10],
-                "a column": lambda m: m.reshape(-1, 4)[:, 1]}
+                "a small slice": lambda m: m[:10], "a column": lambda m: m.reshape(-1, 4)[:, 1],
+                "windows": lambda m: np.lib.stride_tricks.as_strided(m, (500, 1000), (8 * 500, 8)),
+                "reversed, strided": lambda m: m[::-2], "transposed": lambda m: m.reshape(-1, 4).T}
+# loky's worker reads the wrong bytes of these (it places the first item at the lowest byte the view spans, in
+# the memmap's order), or dies of SIGSEGV.
+LOKY_MISREADS = {"reversed, strided", "transposed"}
 
 
-# loky's worker crashes (SIGSEGV) on a view with negative strides: it strides from the lowest byte the view spans.
 @pytest.mark.parametrize(("view", "backend"), [(view, backend) for view in sorted(MEMMAP_VIEWS) for backend in BACKENDS
-                                               if (view, backend) != ("reversed, strided", "loky")])
+                                               if backend == "mizu" or view not in LOKY_MISREADS])
 def test_a_memmap_argument_maps_its_file_in_the_workers_as_loky_maps_it(view, backend, tmp_path):
     path = tmp_path / "data.npy"
     np.save(path, np.arange(1 << 18, dtype=np.float64))
@@ -370,6 +380,20 @@ def test_a_memmap_argument_maps_its_file_in_the_workers_as_loky_maps_it(view, ba
         found = Parallel()(delayed(joblib_children.mark_first)(array, -7) for _ in range(1))
     assert found == [(str(path), float(MEMMAP_VIEWS[view](np.arange(1 << 18, dtype=np.float64)).sum()))]
     assert array.flat[0] == -7 and (np.load(path) == -7).sum() == 1, "the worker's write reaches the file"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_memmap_argument_maps_its_file_whatever_joblib_s_memmapping_options(backend, tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.arange(1000, dtype=np.float64))   # under max_nbytes
+    array = np.load(path, mmap_mode="r+")[10:]
+    with parallel_config(backend=backend, n_jobs=2):
+        for mark, options in enumerate([{}, {"max_nbytes": None}, {"mmap_mode": "c"}, {"mmap_mode": "w+"},
+                                         {"max_nbytes": 0}], start=1):
+            total = float(array.sum())
+            assert Parallel(**options)(delayed(joblib_children.mark_first)(array, -mark) for _ in range(1)) == \
+                [(str(path), total)], options
+            assert array[0] == -mark and np.load(path)[10] == -mark, options
 
 
 def test_the_backend_is_registered_whatever_is_imported_first(tmp_path):
