@@ -45,7 +45,8 @@ class _LoopArrays:
     file, as loky's do. One of a copy-on-write memmap ("c") goes with each
     batch, as each of loky's batches maps its file privately (a batch's
     pickle holds it once, whatever number of its calls take it); it holds
-    the caller's bytes, where loky's workers read the file's.
+    the caller's bytes, where loky's workers read the file's, and one of
+    more than max_nbytes arrives as a plain array.
 
     Any other plain numpy array or numpy.memmap of more than max_nbytes
     bytes anywhere in a call's arguments (in containers, pandas objects,
@@ -57,8 +58,8 @@ class _LoopArrays:
     as loky's memmaps are; with "r+" or "w+" the loop's tasks share it
     writable. max_nbytes None, or mmap_mode "c", makes no copies: such an
     array goes with each batch. An array of a memmap whose file cannot be
-    mapped (gone, or shorter than it) is copied the same way, keeping its
-    own writeability. A copy whose array has gone goes when the next copy
+    mapped (gone, shorter than it, unnamed, or strides made by hand beyond
+    the memmap) is copied the same way, keeping its own writeability. A copy whose array has gone goes when the next copy
     is made; the others go once the loop has ended and its batches are
     gone.
     """
@@ -81,10 +82,10 @@ class _LoopArrays:
             mapping = file_mapping(value, owner)
             if mapping is not None:
                 return mapping
-            if owner.mode == "c":
-                return value.view(self.ndarray)   # the caller's bytes, with each batch
         if self.max_nbytes is None or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
+        if owner is not None and owner.mode == "c":
+            return value.view(self.ndarray)   # the caller's bytes, with each batch, out of band
         found = self.copies.get(id(value))
         if found is not None and found[0]() is value:
             return found[1]
@@ -94,8 +95,8 @@ class _LoopArrays:
         if arena_block(value) is not None:
             return value
         copy = asarray(value)
-        # A memmap's copy keeps its writeability, as loky keeps a memmap's mode.
-        copy.flags.writeable = self.writeable if owner is None and kind is self.ndarray else value.flags.writeable
+        # The copy of a memmap's array keeps its writeability, as loky keeps a memmap's mode.
+        copy.flags.writeable = self.writeable if owner is None else value.flags.writeable
         # The copies of arrays that have gone (a view made for each call) go now: no call can name them.
         for key in [key for key, (ref, _) in self.copies.items() if ref() is None]:
             del self.copies[key]
@@ -230,7 +231,8 @@ class MizuBackend(AutoBatchingMixin, ParallelBackendBase):
     ``max_nbytes`` anywhere in the arguments (in a pandas object too) goes
     to the workers once per loop, read-only unless ``mmap_mode`` is "r+"
     or "w+"; an array that a numpy.memmap maps from a file goes as a
-    mapping of that file, in the memmap's own mode. Unlike loky's, other
+    mapping of that file, read-only if the memmap or the array is, and one
+    of a copy-on-write memmap as a copy with each batch. Unlike loky's, other
     arrays go to the workers and back through mizu's shared memory,
     results included; ``temp_folder`` has nothing to do.
     """

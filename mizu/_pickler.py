@@ -72,12 +72,15 @@ def memmap_under(array):
     """The numpy.memmap that maps array's bytes from its file (array itself, or one under its views), or None."""
     numpy = sys.modules["numpy"]
     owner = array
-    while not (isinstance(owner, numpy.ndarray) and isinstance(owner.base, mmap.mmap)):
-        # Views keep their array in .base, as as_strided's and sliding_window_view's helper object does.
+    # Views keep their array in .base, as as_strided's and sliding_window_view's helper object does; numpy
+    # makes a view's base the array that owns its memory, so a few steps reach it (a bound: .base may be odd).
+    for _ in range(16):
+        if isinstance(owner, numpy.ndarray) and isinstance(owner.base, mmap.mmap):
+            return owner if isinstance(owner, numpy.memmap) else None
         owner = getattr(owner, "base", None)
         if owner is None:
             return None
-    return owner if isinstance(owner, numpy.memmap) else None
+    return None
 
 
 def file_mapping(array, owner=None):
@@ -92,8 +95,9 @@ def file_mapping(array, owner=None):
     The file is taken by its name: one put in its place since is the one
     mapped. None if array's memory is the process's own (a copy-on-write
     memmap's may differ from its file), if it is empty, if its memmap has
-    no file name (one of an unnamed file object), or if its file is gone or
-    shorter than it.
+    no file name (one of an unnamed file object), if it spans bytes beyond
+    its memmap (strides made by hand), or if its file is gone or shorter
+    than it.
     """
     if owner is None:
         owner = memmap_under(array)

@@ -394,12 +394,29 @@ def test_a_memmap_whose_file_is_gone_or_shorter_has_no_file_mapping(tmp_path):
     assert file_mapping(mapped[10:]) is not None
     windows = np.lib.stride_tricks.as_strided
     assert file_mapping(windows(mapped, (100, 10), (80, 8))) is not None
-    assert file_mapping(windows(mapped, (1001,), (8,))) is None, "strides made by hand beyond the memmap"
+    head = np.memmap(path, np.float64, "r", shape=(500,))
+    assert file_mapping(windows(head, (500,), (8,))) is not None
+    assert file_mapping(windows(head, (501,), (8,))) is None, "strides made by hand beyond the memmap"
     os.truncate(path, 8 * 500)
     assert file_mapping(mapped[10:]) is None
     assert file_mapping(mapped[:400]) is not None
     os.unlink(path)
     assert file_mapping(mapped[:400]) is None
+
+
+class _OwnBase:
+    """An array's exporter whose .base is itself."""
+
+    def __init__(self):
+        self.data = np.arange(3.0)
+        self.__array_interface__ = self.data.__array_interface__
+        self.base = self
+
+
+def test_memmap_under_ends_on_a_base_that_is_its_own():
+    from mizu._pickler import memmap_under
+
+    assert memmap_under(np.asarray(_OwnBase())) is None
 
 
 class _Unpicklable:
