@@ -59,9 +59,9 @@ class _LoopArrays:
     writable. max_nbytes None, or mmap_mode "c", makes no copies: such an
     array goes with each batch. An array of a memmap whose file cannot be
     mapped (gone, shorter than it, unnamed, or strides made by hand beyond
-    the memmap) is copied the same way, keeping its own writeability. A copy whose array has gone goes when the next copy
-    is made; the others go once the loop has ended and its batches are
-    gone.
+    the memmap) is copied the same way, keeping its own writeability. A
+    copy whose array has gone goes when the next copy is made; the others
+    go once the loop has ended and its batches are gone.
     """
 
     def __init__(self, max_nbytes, mmap_mode):

@@ -199,8 +199,7 @@ class _Sharing:
         self.share = None
 
     def reduce_array(self, array):
-        """A plain numpy array's reduction: _reduce_plain's of share(array) once an object named share, or
-        what share gives if that is a reduction (a plain tuple)."""
+        """A plain numpy array's reduction: _reduce_plain's of share(array), or share's own (a plain tuple)."""
         if self.share is not None:
             array = self.share(array)
             if type(array) is tuple:
