@@ -64,8 +64,7 @@ def _mapped(filename, mode, offset, dtype, shape, order, strides, nbytes, first)
     import numpy
     if strides is None:
         return numpy.memmap(filename, dtype, mode, offset, shape, order)
-    span = numpy.memmap(filename, numpy.uint8, mode, offset, (nbytes,))
-    return numpy.ndarray(shape, dtype, buffer=span, offset=first, strides=strides)
+    return _view(numpy.memmap(filename, numpy.uint8, mode, offset, (nbytes,)), dtype, shape, strides, first)
 
 
 def memmap_under(array):
@@ -117,8 +116,8 @@ def file_mapping(array, owner=None):
             return None
     except OSError:
         return None
-    mode = "r" if owner.mode == "r" or not array.flags.writeable else "r+"   # "w+" again would empty the file
     flags = array.flags
+    mode = "r" if owner.mode == "r" or not flags.writeable else "r+"   # "w+" again would empty the file
     if flags.c_contiguous or flags.f_contiguous:
         return _mapped, (owner.filename, mode, offset, array.dtype, array.shape,
                          "C" if flags.c_contiguous else "F", None, nbytes, 0)

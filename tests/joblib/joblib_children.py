@@ -35,7 +35,7 @@ def add_then_first(array, value):
 
 
 def mark_first(array, value):
-    """(the file that a numpy.memmap under array maps, or None, the sum of array's items), then value written over its first."""
+    """(the file of the numpy.memmap under array or None, the sum of its items); then value goes over its first."""
     import numpy as np
 
     owner = array
