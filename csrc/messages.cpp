@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <system_error>
 #include <unistd.h>
@@ -200,12 +201,42 @@ void close_all(const std::vector<int>& fds) {
     for (int fd : fds) close(fd);
 }
 
+// The soft limit on open files that a process passing descriptors raises
+// its own to, as far as its hard limit allows. Many systems start
+// processes at 1,024, which a task's arrays reach: a message carries up to
+// kMaxDescriptors, the receiver holds each twice while it maps its segment
+// (the descriptor received and the segment's own), a fork worker holds its
+// client's segments' too, and the kernel refuses a sender more descriptors
+// in flight, not yet received, than its soft limit (ETOOMANYREFS).
+constexpr rlim_t kOpenFilesWanted = 16384;
+
+// Once per process (a forked child inherits the limit with the flag).
+void raise_open_files_limit() noexcept {
+    static const bool raised = [] {
+        rlimit limit;
+        if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+            limit.rlim_cur >= kOpenFilesWanted || limit.rlim_cur >= limit.rlim_max)
+            return false;
+        limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? kOpenFilesWanted : std::min(limit.rlim_max, kOpenFilesWanted);
+        return setrlimit(RLIMIT_NOFILE, &limit) == 0;
+    }();
+    (void)raised;
+}
+
+// The soft limit on open files, for an error's text; 0 if unknown.
+unsigned long long open_files_limit() noexcept {
+    rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+    return limit.rlim_cur;
+}
+
 }  // namespace
 
 void send_descriptors(int socket, const int* fds, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw std::invalid_argument("a message sends from 1 to " + std::to_string(kMaxDescriptors) +
                                     " descriptors, not " + std::to_string(count));
+    raise_open_files_limit();
     for (std::size_t sent = 0; sent < count;) {
         std::size_t n = std::min(kBatchDescriptors, count - sent);
         int error = send_batch(socket, sent + n == count ? kLastBatch : kMoreFollow, fds + sent, n);
@@ -228,8 +259,9 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
 #else
     int flags = MSG_DONTWAIT;
 #endif
+    raise_open_files_limit();
     std::vector<int> fds;
-    bool whole = false;
+    bool whole = false, truncated = false;
     while (!whole) {
         char byte = 0;
         DescriptorMessage dm(&byte, kBatchDescriptors);
@@ -253,13 +285,18 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
             fds.clear();
             continue;
         }
-        if (n != 1 || (byte != kMoreFollow && byte != kLastBatch) || (msg.msg_flags & MSG_CTRUNC)) break;
+        truncated = n > 0 && (msg.msg_flags & MSG_CTRUNC);
+        if (n != 1 || (byte != kMoreFollow && byte != kLastBatch) || truncated) break;
         whole = byte == kLastBatch;
     }
     if (whole && fds.size() == count) return fds;
     close_all(fds);
+    std::string why;
+    if (truncated)
+        why = ": the kernel dropped the rest, past this process's limit of " + std::to_string(open_files_limit()) +
+              " open files (RLIMIT_NOFILE); raise its hard limit (ulimit -Hn)";
     throw MessageError(4, "expected " + std::to_string(count) + " shared-memory descriptors from the peer, got " +
-                              std::to_string(fds.size()));
+                              std::to_string(fds.size()) + why);
 }
 
 bool Reassembler::feed(const char* chunk, std::size_t size, std::string& out) {

@@ -220,6 +220,9 @@ std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, 
 // message enters the ring; the receiver holds them all at once.
 constexpr std::size_t kMaxDescriptors = 1000;
 
+// Both ends of a message's descriptors first raise their process's soft
+// limit on open files, once, to 16,384 or to the hard limit if lower.
+
 // Sends a message's descriptors over a Unix socket: one sendmsg with
 // SCM_RIGHTS and one byte per batch of up to 250, without SIGPIPE. Throws
 // std::system_error when the peer has gone or the kernel refuses (too many

@@ -156,6 +156,13 @@ def fill_each(parts, value):
         part[...] = value
 
 
+def fill_row(parts, k):
+    """Write k + 1 into row k of each array of parts; those rows, views of the arrays."""
+    for part in parts:
+        part[k] = k + 1
+    return [part[k] for part in parts]
+
+
 def head(arr, n):
     """The first n items of arr, a view of it."""
     return arr[:n]
