@@ -77,11 +77,9 @@ class _LoopArrays:
         kind = type(value)
         if kind is not self.ndarray and kind is not self.memmap:
             return value
-        owner = None if value.base is None else memmap_under(value)
-        if owner is not None:
-            mapping = file_mapping(value, owner)
-            if mapping is not None:
-                return mapping
+        owner, mapping = _by_file(value)
+        if mapping is not None:
+            return mapping
         if self.max_nbytes is None or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         if owner is not None and owner.mode == "c":
@@ -102,6 +100,17 @@ class _LoopArrays:
             del self.copies[key]
         self.copies[id(value)] = (weakref.ref(value), copy)
         return copy
+
+
+def _by_file(value):
+    """The numpy.memmap under array value and value's file_mapping, or None for either."""
+    owner = None if value.base is None else memmap_under(value)
+    return owner, None if owner is None else file_mapping(value, owner)
+
+
+def _file_or_value(value):
+    """A result array as it goes back: a mapping of its file if a memmap maps it shared from one, else itself."""
+    return _by_file(value)[1] or value
 
 
 _lock = threading.Lock()
@@ -161,8 +170,28 @@ class _Batch:
 share_arrays_after(_Batch, lambda batch: None if batch.arrays is None else batch.arrays.shared)
 
 
+class _Returned:
+    """A batch's results as its worker pickles them: they unpickle as their list.
+
+    Arrays among them that a numpy.memmap maps shared from a file go back as
+    mappings of that file (file_mapping), as loky sends them back; the
+    others go as any result does.
+    """
+
+    __slots__ = ("results",)
+
+    def __init__(self, results):
+        self.results = results
+
+    def __reduce__(self):
+        return list, (self.results,)
+
+
+share_arrays_after(_Returned, lambda returned: _file_or_value)
+
+
 def _run_batch(batch):
-    return batch.calls()
+    return _Returned(batch.calls())
 
 
 def _same(a, b):

@@ -46,6 +46,22 @@ def mark_first(array, value):
     return found
 
 
+def view_of_file(path, mode, view):
+    """view of the numpy.memmap that np.load maps from path in mode."""
+    import numpy as np
+
+    return view(np.load(path, mmap_mode=mode))
+
+
+def marked_copy_on_write(path):
+    """The first four items of a copy-on-write numpy.memmap of path, after -5 went over its first."""
+    import numpy as np
+
+    array = np.load(path, mmap_mode="c")
+    array[0] = -5
+    return array[:4]
+
+
 def block_of(array):
     """The arena block that array lies in, as (arena, segment, offset), or None for this process's own memory.
 

@@ -382,6 +382,42 @@ def test_a_memmap_argument_maps_its_file_in_the_workers_as_loky_maps_it(view, ba
     assert array.flat[0] == -7 and (np.load(path) == -7).sum() == 1, "the worker's write reaches the file"
 
 
+@pytest.mark.parametrize(("view", "backend"), [(view, backend) for view in sorted(MEMMAP_VIEWS) for backend in BACKENDS
+                                               if backend == "mizu" or view not in LOKY_MISREADS])
+def test_a_result_that_a_memmap_maps_goes_back_as_a_mapping_of_its_file_as_loky_sends_it(view, backend, tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.arange(1 << 18, dtype=np.float64))
+    with parallel_config(backend=backend, n_jobs=2):
+        [result] = Parallel()(delayed(joblib_children.view_of_file)(str(path), "r+", MEMMAP_VIEWS[view])
+                              for _ in range(1))
+    expected = MEMMAP_VIEWS[view](np.arange(1 << 18, dtype=np.float64))
+    np.testing.assert_array_equal(result, expected)
+    assert joblib_children.mark_first(result, -7) == (str(path), float(expected.sum()))
+    assert (np.load(path) == -7).sum() == 1, "the caller's write reaches the file"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_result_that_a_read_only_memmap_maps_goes_back_read_only_as_loky_sends_it(backend, tmp_path):
+    path = tmp_path / "data.npy"
+    np.save(path, np.arange(1000, dtype=np.float64))
+    with parallel_config(backend=backend, n_jobs=2):
+        [result] = Parallel()(delayed(joblib_children.view_of_file)(str(path), "r", lambda m: m[5:])
+                              for _ in range(1))
+    np.testing.assert_array_equal(result, np.arange(5.0, 1000.0))
+    assert not result.flags.writeable
+    assert isinstance(result, np.memmap) and result.filename == str(path)
+
+
+def test_a_result_of_a_copy_on_write_memmap_comes_back_as_the_worker_saw_it(tmp_path):
+    """Its own write included, where loky's caller maps the file again and reads [0, 1, 2, 3]."""
+    path = tmp_path / "data.npy"
+    np.save(path, np.arange(1000, dtype=np.float64))
+    with parallel_config(backend="mizu", n_jobs=2):
+        [result] = Parallel()(delayed(joblib_children.marked_copy_on_write)(str(path)) for _ in range(1))
+    assert result.tolist() == [-5, 1, 2, 3]
+    assert np.load(path)[0] == 0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_memmap_argument_maps_its_file_whatever_joblib_s_memmapping_options(backend, tmp_path):
     path = tmp_path / "data.npy"
