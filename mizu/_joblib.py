@@ -50,8 +50,8 @@ class _LoopArrays:
 
     Any other plain numpy array or numpy.memmap of more than max_nbytes
     bytes anywhere in a call's arguments (in containers, pandas objects,
-    any object that pickles its arrays, but not captured by a lambda or
-    closure, which travels with its function), not in shared memory
+    any object that pickles its arrays, or captured by a function pickled
+    by value: mizu._pickler._cloudpickled), not in shared memory
     already, is copied into an arena block the first time a call takes it;
     the loop's later calls that take the same array get that block. With
     mmap_mode "r" (joblib's default) the copy is read-only in the workers,

@@ -246,24 +246,75 @@ def named(obj):
     return where is not None and where[0] != "__main__"
 
 
-def _from_main_or_value(qualname, payload):
+def _from_main_or_value(qualname, payload, arrays=()):
     """In a worker: the main module's object of that name, as pickle would find it, else cloudpickle's payload's.
 
     A worker whose main module is the program's (fork, or spawn and
     forkserver re-running a script) shares that module's globals with its
     other functions and its initializer, as without by_value; one that has
-    none (``python -c``, a notebook) gets the object cloudpickle made.
+    none (``python -c``, a notebook) gets the object cloudpickle made, with
+    `arrays` in the places they were taken from (_by_value_loads).
     """
     found = _found(sys.modules.get("__main__"), qualname)
     if found is not None:
         return found
+    return _by_value_loads(payload, arrays)
+
+
+class _ArraysBack(pickle.Unpickler):
+    """Unpickles a payload of _cloudpickled, with its arrays back in their places."""
+
+    def __init__(self, payload, arrays):
+        super().__init__(io.BytesIO(payload))
+        self.arrays = arrays
+
+    def persistent_load(self, pid):
+        return self.arrays[pid]
+
+
+def _by_value_loads(payload, arrays=()):
+    """The object cloudpickle pickled as payload, with `arrays` where it held the arrays taken apart."""
+    if not arrays:
+        return pickle.loads(payload)
+    return _ArraysBack(payload, arrays).load()
+
+
+_ArraysApart = None   # cloudpickle's Pickler, leaving numpy arrays out (made on first use, as cloudpickle is imported)
+
+
+def _cloudpickled(obj):
+    """cloudpickle's pickle of obj without the numpy arrays it holds, and those arrays (a tuple).
+
+    The arrays are left for the pickler of the message to pickle, as it
+    pickles the task's own: an arena array by reference, a large one out of
+    band, one of a joblib loop once for the loop. Plain arrays and memmaps
+    of any item type but objects are taken apart.
+    """
     import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-    return cloudpickle.loads(payload)
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return cloudpickle.dumps(obj, protocol=PROTOCOL), ()
+    global _ArraysApart
+    if _ArraysApart is None:
+        class ArraysApart(cloudpickle.Pickler):
+            def persistent_id(self, value):
+                kind = type(value)
+                if (kind is self.ndarray or kind is self.memmap) and not value.dtype.hasobject:
+                    self.arrays.append(value)
+                    return len(self.arrays) - 1
+                return None
+
+        _ArraysApart = ArraysApart
+    file = io.BytesIO()
+    pickler = _ArraysApart(file, protocol=PROTOCOL)
+    pickler.ndarray, pickler.memmap, pickler.arrays = numpy.ndarray, numpy.memmap, []
+    pickler.dump(obj)
+    return file.getvalue(), tuple(pickler.arrays)
 
 
-# A function or class -> its cloudpickle, made the first time.
-_payloads: "weakref.WeakKeyDictionary[object, bytes]" = weakref.WeakKeyDictionary()
+# A function or class -> its cloudpickle and the arrays taken apart from it, made the first time.
+_payloads: "weakref.WeakKeyDictionary[object, tuple[bytes, tuple[Any, ...]]]" = weakref.WeakKeyDictionary()
 
 
 def by_value_reduction(obj):
@@ -272,24 +323,25 @@ def by_value_reduction(obj):
     cloudpickle's pickle of an object is made once and kept while the
     object lives: a graph's function inside the arguments of each of its
     tasks costs one pickle, and, as for a task's callable, what it captures
-    is what it held when first sent.
+    is what it held when first sent, but for the numpy arrays it holds,
+    which go beside the pickle (_cloudpickled) with their items of the
+    moment.
     """
-    import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
     try:
-        payload = _payloads.get(obj)
+        made = _payloads.get(obj)
     except TypeError:   # not weakly referenceable, or unhashable
-        payload = None
-    if payload is None:
-        payload = cloudpickle.dumps(obj, protocol=PROTOCOL)
+        made = None
+    if made is None:
+        made = _cloudpickled(obj)
         try:
-            _payloads[obj] = payload
+            _payloads[obj] = made
         except TypeError:
             pass
+    payload, arrays = made
     where = _module_and_name(obj)
     if where is not None and where[0] == "__main__":
-        return _from_main_or_value, (where[1], payload)
-    return cloudpickle.loads, (payload,)
+        return _from_main_or_value, (where[1], payload, arrays)
+    return _by_value_loads, (payload, arrays)
 
 
 class _ByValuePickler(_Pickler):

@@ -67,6 +67,26 @@ def test_functions_inside_the_arguments_travel_by_value_too(start_method):
         assert list(ex.map(executor_children.apply, [lambda x: x, adder(1), children.double], [5, 5, 5])) == [5, 6, 10]
 
 
+def test_an_arena_array_that_a_lambda_captures_crosses_by_reference(start_method):
+    """A task's callable, or a function in its arguments: the worker's writes reach the caller, as to an argument."""
+    called, inside = mizu.zeros(1000), mizu.zeros(1000)
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
+        ex.submit(lambda: called.fill(3.0)).result(timeout=60)
+        ex.submit(executor_children.apply, lambda: inside.fill(4.0)).result(timeout=60)
+    assert (called == 3).all() and (inside == 4).all()
+
+
+def test_a_plain_array_that_a_lambda_captures_arrives_as_the_worker_s_own_copy(start_method):
+    import numpy as np
+
+    big, small = np.arange(1 << 18, dtype=np.float64), np.arange(10)
+    with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
+        assert ex.submit(lambda: (big.sum(), small.tolist(), big.flags.writeable)).result(timeout=60) == \
+            (big.sum(), small.tolist(), True)
+        assert ex.submit(lambda: big.fill(1.0)).result(timeout=60) is None
+    assert big[1] == 1.0 and big[2] == 2.0, "the caller's array is not written"
+
+
 def test_each_closure_keeps_its_own_captured_values():
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), by_value=True) as ex:
         adders = [adder(k) for k in range(5)]

@@ -268,6 +268,20 @@ def test_a_large_argument_goes_to_the_workers_once_per_loop():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_large_array_that_a_closure_captures_goes_once_per_loop_read_only_as_loky_sends_it(backend):
+    big = np.arange(1 << 18, dtype=np.float64)
+
+    def look(_):
+        return joblib_children.block_of(big), joblib_children.writeable_inside(big), float(big[-1])
+
+    with parallel_config(backend=backend, n_jobs=2):
+        blocks, writeable, last = zip(*Parallel()(delayed(look)(i) for i in range(8)))
+    assert not any(writeable) and set(last) == {float(big[-1])}
+    if backend == "mizu":
+        assert len(set(blocks)) == 1 and None not in blocks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_list_holding_a_large_array_passed_twice_to_a_call_is_one_list_in_it(backend):
     held = [np.zeros(1 << 18)]
     with parallel_config(backend=backend, n_jobs=2):
