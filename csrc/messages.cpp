@@ -1,8 +1,9 @@
 #include "messages.hpp"
 
+#include "open_files.hpp"
+
 #include <algorithm>
 #include <cerrno>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <system_error>
 #include <unistd.h>
@@ -193,41 +194,14 @@ int send_batch(int socket, char byte, const int* fds, std::size_t count) {
 #endif
     for (;;) {
         if (sendmsg(socket, &msg, flags) == 1) return 0;
-        if (errno != EINTR) return errno;
+        // ETOOMANYREFS: the descriptors this process's user has in flight,
+        // sent and not yet received, would pass this process's soft limit.
+        if (errno != EINTR && !(errno == ETOOMANYREFS && raise_open_files_limit())) return errno;
     }
 }
 
 void close_all(const std::vector<int>& fds) {
     for (int fd : fds) close(fd);
-}
-
-// The soft limit on open files that a process passing descriptors raises
-// its own to, as far as its hard limit allows. Many systems start
-// processes at 1,024, which a task's arrays reach: a message carries up to
-// kMaxDescriptors, the receiver holds each twice while it maps its segment
-// (the descriptor received and the segment's own), a fork worker holds its
-// client's segments' too, and the kernel refuses a sender more descriptors
-// in flight, not yet received, than its soft limit (ETOOMANYREFS).
-constexpr rlim_t kOpenFilesWanted = 16384;
-
-// Once per process (a forked child inherits the limit with the flag).
-void raise_open_files_limit() noexcept {
-    static const bool raised = [] {
-        rlimit limit;
-        if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
-            limit.rlim_cur >= kOpenFilesWanted || limit.rlim_cur >= limit.rlim_max)
-            return false;
-        limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? kOpenFilesWanted : std::min(limit.rlim_max, kOpenFilesWanted);
-        return setrlimit(RLIMIT_NOFILE, &limit) == 0;
-    }();
-    (void)raised;
-}
-
-// The soft limit on open files, for an error's text; 0 if unknown.
-unsigned long long open_files_limit() noexcept {
-    rlimit limit;
-    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
-    return limit.rlim_cur;
 }
 
 }  // namespace
@@ -236,7 +210,6 @@ void send_descriptors(int socket, const int* fds, std::size_t count) {
     if (count == 0 || count > kMaxDescriptors)
         throw std::invalid_argument("a message sends from 1 to " + std::to_string(kMaxDescriptors) +
                                     " descriptors, not " + std::to_string(count));
-    raise_open_files_limit();
     for (std::size_t sent = 0; sent < count;) {
         std::size_t n = std::min(kBatchDescriptors, count - sent);
         int error = send_batch(socket, sent + n == count ? kLastBatch : kMoreFollow, fds + sent, n);
@@ -259,7 +232,9 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
 #else
     int flags = MSG_DONTWAIT;
 #endif
-    raise_open_files_limit();
+    // Those past the soft limit the kernel would drop.
+    static const bool raised = raise_open_files_limit();
+    (void)raised;
     std::vector<int> fds;
     bool whole = false, truncated = false;
     while (!whole) {
@@ -293,8 +268,8 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
     close_all(fds);
     std::string why;
     if (truncated)
-        why = ": the kernel dropped the rest, past this process's limit of " + std::to_string(open_files_limit()) +
-              " open files (RLIMIT_NOFILE); raise its hard limit (ulimit -Hn)";
+        why = ": the kernel dropped the rest, as it does past this process's limit of " +
+              std::to_string(open_files_limit()) + " open files (RLIMIT_NOFILE, ulimit -n): raise it";
     throw MessageError(4, "expected " + std::to_string(count) + " shared-memory descriptors from the peer, got " +
                               std::to_string(fds.size()) + why);
 }

@@ -220,17 +220,16 @@ std::size_t write_chunk(const char* message, std::size_t size, uint16_t sender, 
 // message enters the ring; the receiver holds them all at once.
 constexpr std::size_t kMaxDescriptors = 1000;
 
-// Both ends of a message's descriptors first raise their process's soft
-// limit on open files, once, to 16,384 or to the hard limit if lower.
-
 // Sends a message's descriptors over a Unix socket: one sendmsg with
 // SCM_RIGHTS and one byte per batch of up to 250, without SIGPIPE. Throws
 // std::system_error when the peer has gone or the kernel refuses (too many
-// in flight); the batches sent before are then marked void.
+// in flight, even once raise_open_files_limit has raised the limit); the
+// batches sent before are then marked void.
 void send_descriptors(int socket, const int* fds, std::size_t count);
 
 // Takes the `count` descriptors sent before the message that names them:
-// they are there already, so it does not block. Void batches before them
+// they are there already, so it does not block. The first call raises the
+// process's limit on open files (raise_open_files_limit). Void batches before them
 // are closed. Throws MessageError if fewer are waiting (none closed by the
 // receiver stays open).
 std::vector<int> receive_descriptors(int socket, std::size_t count);

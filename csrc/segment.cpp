@@ -1,6 +1,7 @@
 #include "segment.hpp"
 
 #include "cpus.hpp"
+#include "open_files.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -26,16 +27,25 @@ std::string describe(const char* dir) { return dir ? std::string("in ") + dir : 
     throw std::system_error(err, std::generic_category(), what);
 }
 
+// make() returns a new descriptor, or -1 and errno; once more after a
+// failure for want of descriptors, if the limit could be raised.
+template <class Make>
+int with_room(Make make) {
+    int fd = make();
+    if (fd < 0 && errno == EMFILE && raise_open_files_limit()) fd = make();
+    return fd;
+}
+
 int open_unnamed(const char* dir) {
     int fd = -1;
 #if defined(__linux__)
     if (!dir) {
-        fd = memfd_create("mizu", MFD_CLOEXEC);
+        fd = with_room([] { return memfd_create("mizu", MFD_CLOEXEC); });
         if (fd < 0) fail_errno(errno, "memfd_create");
         return fd;
     }
 #ifdef O_TMPFILE
-    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    fd = with_room([dir] { return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600); });
     if (fd >= 0) return fd;
     if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) fail_errno(errno, std::string("open ") + dir);
 #endif
@@ -256,7 +266,7 @@ std::unique_ptr<Segment> Segment::attach(int fd, const std::string& name) {
         throw std::invalid_argument(not_ours);
 #endif
     std::size_t size = std::size_t(st.st_size);
-    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    int own = with_room([fd] { return fcntl(fd, F_DUPFD_CLOEXEC, 0); });
     if (own < 0) throw std::system_error(errno, std::generic_category(), "dup of " + what);
     char* base;
     try {

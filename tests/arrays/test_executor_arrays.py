@@ -93,10 +93,10 @@ def test_more_shared_arrays_than_one_task_can_pass_fail_the_task_rather_than_los
 
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])
-def test_arrays_in_hundreds_of_segments_pass_under_a_soft_limit_of_1024_open_files(start_method, tmp_path):
-    """Four tasks in flight each take 600 arrays in a segment each, write a row of each and return those rows: their
-    descriptors pass both ways, where the usual soft limit on open files (1,024) would refuse them. The stdlib's
-    pool, which copies the arrays, gives the same rows."""
+def test_a_thousand_segments_of_arrays_pass_under_a_soft_limit_of_1024_open_files(start_method, tmp_path):
+    """Four tasks in flight each take 1,000 arrays (the most a task passes) in a segment each, write a row of each and
+    return those rows: the segments are made, and their descriptors pass both ways, where the usual soft limit on
+    open files (1,024) would refuse them. The stdlib's pool, which copies the arrays, gives the same rows."""
     code = f"""
 import multiprocessing, resource
 from concurrent.futures import ProcessPoolExecutor
@@ -105,12 +105,12 @@ import arrays_children, mizu, mizu._arena
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 mizu._arena._default = mizu._arena.Arena(segment_size=1 << 16, limit=1 << 30)
-arrays = [mizu.zeros((4, 5000)) for _ in range(600)]   # 160 kB each, past a 64 KiB segment: one segment each
+arrays = [mizu.zeros((4, 5000)) for _ in range(1000)]   # 160 kB each, past a 64 KiB segment: one segment each
 context = multiprocessing.get_context({start_method!r})
 with mizu.ProcessPoolExecutor(2, mp_context=context) as ex:
     rows = list(ex.map(arrays_children.fill_row, [arrays] * 4, range(4)))
 with ProcessPoolExecutor(2, mp_context=context) as ex:
-    oracle = list(ex.map(arrays_children.fill_row, [[np.zeros((4, 5000)) for _ in range(600)]] * 4, range(4)))
+    oracle = list(ex.map(arrays_children.fill_row, [[np.zeros((4, 5000)) for _ in range(1000)]] * 4, range(4)))
 assert all(np.array_equal(a, np.repeat(np.arange(1.0, 5.0), 5000).reshape(4, 5000)) for a in arrays)
 for k in range(4):
     assert all(np.array_equal(row, expected) for row, expected in zip(rows[k], oracle[k], strict=True))
@@ -124,7 +124,7 @@ print(len({{mizu.arena_block(a)[0].segment_id for a in arrays}}), resource.getrl
                          env=child_environ(), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     segments, limit = map(int, out.stdout.split())
-    assert segments == 600
+    assert segments == 1000
     assert limit > 1024
 
 
