@@ -190,8 +190,13 @@ class _Returned:
 share_arrays_after(_Returned, lambda returned: _file_or_value)
 
 
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
 def _run_batch(batch):
-    return _Returned(batch.calls())
+    results = batch.calls()
+    # Results that hold no array keep the wire's encoding of plain values.
+    return results if all(type(result) in _PLAIN for result in results) else _Returned(results)
 
 
 def _same(a, b):
