@@ -7,7 +7,9 @@ its workers, is not timed. The loops: 100,000 trivial calls, 2,000 calls of
 ~5 us of pure Python, 16 calls that each take a 100 MB float64 array
 and return its sum and a new 100 MB array (its negation), 16 calls that
 each take those numbers as a numpy.memmap of a file (``joblib.load(path,
-mmap_mode="r")``) and return its last item, and, when pandas is
+mmap_mode="r")``) and return its last item, 16 calls of a function of
+this script that reads those numbers as a global (which a function of
+``__main__``, pickled by value, takes with it), and, when pandas is
 installed, 16 calls that each take them as a DataFrame and return the sum
 of its last row. Then a scikit-learn grid search (a random
 forest's depths and sizes, 3-fold, n_jobs=4) under
@@ -57,6 +59,14 @@ def last_row_total(frame):
     return float(frame.iloc[-1].sum())
 
 
+GLOBAL = None   # the array that item_of_global reads, set by main
+
+
+def item_of_global(i):
+    """An item of a large array that the function reads as a global of this script, not as an argument."""
+    return float(GLOBAL[i])
+
+
 def grid_search(backend, quick):
     from sklearn.datasets import make_classification
     from sklearn.ensemble import RandomForestClassifier
@@ -84,6 +94,10 @@ def main(argv=None):
         (f"16 calls on {big.nbytes >> 20} MB, returning {big.nbytes >> 20} MB", sum_and_negative, [big] * 16,
          lambda got: len(got) == 16 and np.isclose(got[0][0], big.sum()) and got[-1][1][7] == -big[7]),
     ]
+    global GLOBAL
+    GLOBAL = big
+    loops.append((f"16 calls reading a {big.nbytes >> 20} MB global", item_of_global, list(range(16)),
+                  lambda got: got == [float(big[i]) for i in range(16)]))
     folder = tempfile.TemporaryDirectory()
     joblib.dump(big, os.path.join(folder.name, "big.joblib"))
     mapped = joblib.load(os.path.join(folder.name, "big.joblib"), mmap_mode="r")
