@@ -279,7 +279,17 @@ def _by_value_loads(payload, arrays=()):
     return _ArraysBack(payload, arrays).load()
 
 
-_ArraysApart = None   # cloudpickle's Pickler, leaving numpy arrays out (made on first use, as cloudpickle is imported)
+def _array_apart(pickler, value):
+    """_ArraysApart's persistent_id: where a plain array or memmap goes in pickler.arrays, or None for the rest."""
+    kind = type(value)
+    if (kind is pickler.ndarray or kind is pickler.memmap) and not value.dtype.hasobject:
+        pickler.arrays.append(value)
+        return len(pickler.arrays) - 1
+    return None
+
+
+# cloudpickle's Pickler with _array_apart, made on first use (cloudpickle is imported only then).
+_ArraysApart = None
 
 
 def _cloudpickled(obj):
@@ -297,15 +307,7 @@ def _cloudpickled(obj):
         return cloudpickle.dumps(obj, protocol=PROTOCOL), ()
     global _ArraysApart
     if _ArraysApart is None:
-        class ArraysApart(cloudpickle.Pickler):
-            def persistent_id(self, value):
-                kind = type(value)
-                if (kind is self.ndarray or kind is self.memmap) and not value.dtype.hasobject:
-                    self.arrays.append(value)
-                    return len(self.arrays) - 1
-                return None
-
-        _ArraysApart = ArraysApart
+        _ArraysApart = type("_ArraysApart", (cloudpickle.Pickler,), {"persistent_id": _array_apart})
     file = io.BytesIO()
     pickler = _ArraysApart(file, protocol=PROTOCOL)
     pickler.ndarray, pickler.memmap, pickler.arrays = numpy.ndarray, numpy.memmap, []
