@@ -280,9 +280,15 @@ def _by_value_loads(payload, arrays=()):
 
 
 def _array_apart(pickler, value):
-    """_ArraysApart's persistent_id: where a plain array or memmap goes in pickler.arrays, or None for the rest."""
+    """_ArraysApart's persistent_id: where an array goes in pickler.arrays, or None for what stays in the payload.
+
+    Plain arrays and memmaps, of any item type but objects, that lie in an
+    arena block or would not travel inside a message (mizu._messages.INLINE
+    bytes or more) go apart; small ones stay, pickled once with the rest.
+    """
     kind = type(value)
-    if (kind is pickler.ndarray or kind is pickler.memmap) and not value.dtype.hasobject:
+    if ((kind is pickler.ndarray or kind is pickler.memmap) and not value.dtype.hasobject
+            and (value.nbytes >= pickler.inline or pickler.arena_block(value) is not None)):
         pickler.arrays.append(value)
         return len(pickler.arrays) - 1
     return None
@@ -295,10 +301,9 @@ _ArraysApart = None
 def _cloudpickled(obj):
     """cloudpickle's pickle of obj without the numpy arrays it holds, and those arrays (a tuple).
 
-    The arrays are left for the pickler of the message to pickle, as it
-    pickles the task's own: an arena array by reference, a large one out of
-    band, one of a joblib loop once for the loop. Plain arrays and memmaps
-    of any item type but objects are taken apart.
+    The arrays (_array_apart's) are left for the pickler of the message to
+    pickle, as it pickles the task's own: an arena array by reference, a
+    large one out of band, one of a joblib loop once for the loop.
     """
     import cloudpickle  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
@@ -308,9 +313,13 @@ def _cloudpickled(obj):
     global _ArraysApart
     if _ArraysApart is None:
         _ArraysApart = type("_ArraysApart", (cloudpickle.Pickler,), {"persistent_id": _array_apart})
+    from mizu._arena import arena_block
+    from mizu._messages import INLINE
+
     file = io.BytesIO()
     pickler = _ArraysApart(file, protocol=PROTOCOL)
-    pickler.ndarray, pickler.memmap, pickler.arrays = numpy.ndarray, numpy.memmap, []
+    pickler.ndarray, pickler.memmap, pickler.arena_block, pickler.inline = numpy.ndarray, numpy.memmap, arena_block, INLINE
+    pickler.arrays = []
     pickler.dump(obj)
     return file.getvalue(), tuple(pickler.arrays)
 
@@ -325,9 +334,9 @@ def by_value_reduction(obj):
     cloudpickle's pickle of an object is made once and kept while the
     object lives: a graph's function inside the arguments of each of its
     tasks costs one pickle, and, as for a task's callable, what it captures
-    is what it held when first sent, but for the numpy arrays it holds,
-    which go beside the pickle (_cloudpickled) with their items of the
-    moment.
+    is what it held when first sent; but the numpy arrays taken apart
+    (_cloudpickled), the same arrays, go with the items they hold at each
+    message.
     """
     try:
         made = _payloads.get(obj)

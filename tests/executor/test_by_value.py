@@ -69,11 +69,11 @@ def test_functions_inside_the_arguments_travel_by_value_too(start_method):
 
 def test_an_arena_array_that_a_lambda_captures_crosses_by_reference(start_method):
     """A task's callable, or a function in its arguments: the worker's writes reach the caller, as to an argument."""
-    called, inside = mizu.zeros(1000), mizu.zeros(1000)
+    called, inside, tiny = mizu.zeros(1000), mizu.zeros(1000), mizu.zeros(3)
     with mizu.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method), by_value=True) as ex:
         ex.submit(lambda: called.fill(3.0)).result(timeout=60)
-        ex.submit(executor_children.apply, lambda: inside.fill(4.0)).result(timeout=60)
-    assert (called == 3).all() and (inside == 4).all()
+        ex.submit(executor_children.apply, lambda: (inside.fill(4.0), tiny.fill(5.0))).result(timeout=60)
+    assert (called == 3).all() and (inside == 4).all() and (tiny == 5).all()
 
 
 def test_a_plain_array_that_a_lambda_captures_arrives_as_the_worker_s_own_copy(start_method):
