@@ -56,7 +56,7 @@ int open_unnamed(const char* dir) {
         for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
             char name[32];
             std::snprintf(name, sizeof name, "/mizu.%d.%08x", int(getpid()), unsigned(arc4random()));
-            fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+            fd = with_room([&name] { return shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600); });
             if (fd >= 0) {
                 shm_unlink(name);
                 fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -68,8 +68,11 @@ int open_unnamed(const char* dir) {
         return fd;
     }
 #endif
-    std::string path = std::string(dir) + "/.mizu-XXXXXX";
-    fd = mkstemp(&path[0]);
+    std::string path;
+    fd = with_room([&path, dir] {
+        path = std::string(dir) + "/.mizu-XXXXXX";
+        return mkstemp(&path[0]);
+    });
     if (fd < 0) fail_errno(errno, "mkstemp " + path);
     unlink(path.c_str());
     fcntl(fd, F_SETFD, FD_CLOEXEC);
