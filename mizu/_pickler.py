@@ -318,8 +318,8 @@ def _cloudpickled(obj):
 
     file = io.BytesIO()
     pickler = _ArraysApart(file, protocol=PROTOCOL)
-    pickler.ndarray, pickler.memmap, pickler.arena_block, pickler.inline = numpy.ndarray, numpy.memmap, arena_block, INLINE
-    pickler.arrays = []
+    pickler.ndarray, pickler.memmap, pickler.arrays = numpy.ndarray, numpy.memmap, []
+    pickler.arena_block, pickler.inline = arena_block, INLINE
     pickler.dump(obj)
     return file.getvalue(), tuple(pickler.arrays)
 
