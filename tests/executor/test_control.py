@@ -489,9 +489,8 @@ def test_a_spare_that_got_ctrl_c_while_waiting_still_takes_the_next_place():
     assert multiprocessing.active_children() == []
 
 
-@pytest.mark.parametrize("end", ["shutdown", *(pytest.param(name, marks=pytest.mark.skipif(
-    sys.version_info < (3, 14), reason="the stdlib's pool has it from 3.14")) for name in ("terminate_workers",
-                                                                                          "kill_workers"))])
+@pytest.mark.parametrize("end", ["shutdown", *(pytest.param(name, marks=pytest.mark.python_from((3, 14)))
+                                               for name in ("terminate_workers", "kill_workers"))])
 def test_a_pool_ended_as_it_replaces_a_worker_leaves_no_process(end):
     ex = mizu.ProcessPoolExecutor(2, mp_context=FORKSERVER, worker_death="replace")
     ex.submit(os.getpid).result(timeout=WAIT)
