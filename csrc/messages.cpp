@@ -233,8 +233,7 @@ std::vector<int> receive_descriptors(int socket, std::size_t count) {
     int flags = MSG_DONTWAIT;
 #endif
     // Those past the soft limit the kernel would drop.
-    static const bool raised = raise_open_files_limit();
-    (void)raised;
+    [[maybe_unused]] static const bool raised = raise_open_files_limit();
     std::vector<int> fds;
     bool whole = false, truncated = false;
     while (!whole) {

@@ -229,9 +229,9 @@ void send_descriptors(int socket, const int* fds, std::size_t count);
 
 // Takes the `count` descriptors sent before the message that names them:
 // they are there already, so it does not block. The first call raises the
-// process's limit on open files (raise_open_files_limit). Void batches before them
-// are closed. Throws MessageError if fewer are waiting (none closed by the
-// receiver stays open).
+// process's limit on open files (raise_open_files_limit). Void batches
+// before them are closed. Throws MessageError if fewer are waiting (none
+// closed by the receiver stays open).
 std::vector<int> receive_descriptors(int socket, std::size_t count);
 
 // Joins the chunks of each sender's messages, which may interleave with

@@ -77,9 +77,11 @@ class _LoopArrays:
         kind = type(value)
         if kind is not self.ndarray and kind is not self.memmap:
             return value
-        owner, mapping = _by_file(value)
-        if mapping is not None:
-            return mapping
+        owner = None if value.base is None else memmap_under(value)
+        if owner is not None:
+            mapping = file_mapping(value, owner)
+            if mapping is not None:
+                return mapping
         if self.max_nbytes is None or value.nbytes <= self.max_nbytes or value.dtype.hasobject:
             return value
         if owner is not None and owner.mode == "c":
@@ -102,15 +104,9 @@ class _LoopArrays:
         return copy
 
 
-def _by_file(value):
-    """The numpy.memmap under array value and value's file_mapping, or None for either."""
-    owner = None if value.base is None else memmap_under(value)
-    return owner, None if owner is None else file_mapping(value, owner)
-
-
 def _file_or_value(value):
     """A result array as it goes back: a mapping of its file if a memmap maps it shared from one, else itself."""
-    return _by_file(value)[1] or value
+    return file_mapping(value) or value
 
 
 _lock = threading.Lock()

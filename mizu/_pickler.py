@@ -246,7 +246,7 @@ def named(obj):
     return where is not None and where[0] != "__main__"
 
 
-def _from_main_or_value(qualname, payload, arrays=()):
+def _from_main_or_value(qualname, payload, arrays):
     """In a worker: the main module's object of that name, as pickle would find it, else cloudpickle's payload's.
 
     A worker whose main module is the program's (fork, or spawn and
@@ -272,7 +272,7 @@ class _ArraysBack(pickle.Unpickler):
         return self.arrays[pid]
 
 
-def _by_value_loads(payload, arrays=()):
+def _by_value_loads(payload, arrays):
     """The object cloudpickle pickled as payload, with `arrays` where it held the arrays taken apart."""
     if not arrays:
         return pickle.loads(payload)
